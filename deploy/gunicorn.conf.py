@@ -1,0 +1,21 @@
+"""gunicorn settings for the web service (used by `ndstore up`, the Dockerfile and compose).
+
+gthread workers keep connections alive between requests (the sync worker closes each one).
+"""
+
+import multiprocessing
+import os
+
+bind = os.environ.get("NDSTORE_BIND", "127.0.0.1:8000")
+workers = int(os.environ.get("NDSTORE_WEB_WORKERS", str(max(2, multiprocessing.cpu_count()))))
+worker_class = "gthread"
+threads = int(os.environ.get("NDSTORE_WEB_THREADS", "4"))
+timeout = int(os.environ.get("NDSTORE_WEB_TIMEOUT", "300"))
+keepalive = 30
+graceful_timeout = 30
+accesslog = os.environ.get("NDSTORE_ACCESS_LOG") or None
+wsgi_app = "ndstore.api.wsgi:application"
+
+# glibc reads MALLOC_* tuning only at process start, so it cannot be set here: `ndstore up`,
+# the Dockerfile and compose put MALLOC_MMAP_THRESHOLD_/TRIM_THRESHOLD_/TOP_PAD_ in the
+# environment gunicorn starts with (see ndstore.client.localstack.MALLOC_TUNING).

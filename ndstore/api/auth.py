@@ -1,0 +1,70 @@
+"""Token authentication (`Authorization: Token <key>`) and per-resource access levels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AnonymousUser
+from django.db.models import Q
+from rest_framework import authentication, exceptions
+
+from ndstore.api.models import ApiToken, Channel, Collection, Experiment, Grant, hash_token
+
+READ, WRITE, ADMIN = 1, 2, 3
+LEVEL_NAMES = {READ: "read", WRITE: "write", ADMIN: "admin"}
+
+
+class TokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Token"
+
+    def authenticate(self, request: Any) -> tuple[Any, ApiToken] | None:
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header:
+            return None
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "token" or not key.strip():
+            raise exceptions.AuthenticationFailed("Authorization header must be 'Token <key>'")
+        token = ApiToken.objects.select_related("user").filter(key_hash=hash_token(key.strip())).first()
+        if token is None or not token.user.is_active:
+            raise exceptions.AuthenticationFailed("invalid or revoked token")
+        return token.user, token
+
+    def authenticate_header(self, request: Any) -> str:
+        return self.keyword
+
+
+def access_level(user: Any, collection: Collection, experiment: Experiment | None = None,
+                 channel: Channel | None = None) -> int:
+    """The highest level ``user`` holds on the resource: grants on a collection cover its
+    experiments and channels, grants on an experiment cover its channels."""
+    if user.is_authenticated and user.is_superuser:
+        return ADMIN
+    level = READ if collection.public else 0
+    if not user.is_authenticated:
+        return level
+    scope = Q(experiment__isnull=True) | (Q(experiment=experiment) if experiment else Q(pk__in=[]))
+    chan = Q(channel__isnull=True) | (Q(channel=channel) if channel else Q(pk__in=[]))
+    for name in Grant.objects.filter(Q(user=user, collection=collection) & scope & chan).values_list("level", flat=True):
+        level = max(level, Grant.LEVELS[name])
+    return level
+
+
+def require(user: Any, needed: int, collection: Collection, experiment: Experiment | None = None,
+            channel: Channel | None = None) -> None:
+    if access_level(user, collection, experiment, channel) >= needed:
+        return
+    path = "/".join(r.name for r in (collection, experiment, channel) if r is not None)
+    if isinstance(user, AnonymousUser) or not user.is_authenticated:
+        raise exceptions.NotAuthenticated(f"a token with {LEVEL_NAMES[needed]} permission on {path} is required")
+    raise exceptions.PermissionDenied(f"this token lacks {LEVEL_NAMES[needed]} permission on {path}")
+
+
+def require_login(user: Any, action: str) -> None:
+    if not user.is_authenticated:
+        raise exceptions.NotAuthenticated(f"a token is required to {action}")
+
+
+def require_staff(user: Any, action: str) -> None:
+    require_login(user, action)
+    if not user.is_staff:
+        raise exceptions.PermissionDenied(f"only resource managers (staff users) may {action}")

@@ -1,0 +1,54 @@
+"""Resolve URL names to resources and resources to the engine's ChannelVolume."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ndstore.api.models import Channel, Collection, CoordinateFrame, Experiment
+from ndstore.core.errors import NotFound
+from ndstore.core.geometry import Box
+from ndstore.engine.volume import ChannelVolume
+
+
+def collection(name: str) -> Collection:
+    found = Collection.objects.filter(name=name).first()
+    if found is None:
+        raise NotFound(f"collection {name!r} does not exist")
+    return found
+
+
+def experiment(coll: Collection, name: str) -> Experiment:
+    found = Experiment.objects.select_related("coord_frame", "collection").filter(collection=coll, name=name).first()
+    if found is None:
+        raise NotFound(f"experiment {coll.name}/{name} does not exist")
+    return found
+
+
+def channel(exp: Experiment, name: str) -> Channel:
+    found = Channel.objects.filter(experiment=exp, name=name).first()
+    if found is None:
+        raise NotFound(f"channel {exp.collection.name}/{exp.name}/{name} does not exist")
+    return found
+
+
+def coord_frame(name: str) -> CoordinateFrame:
+    found = CoordinateFrame.objects.filter(name=name).first()
+    if found is None:
+        raise NotFound(f"coordinate frame {name!r} does not exist")
+    return found
+
+
+def channel_volume(chan: Channel) -> ChannelVolume:
+    exp = chan.experiment
+    f = exp.coord_frame
+    frame = Box((f.x_start, f.y_start, f.z_start), (f.x_stop, f.y_stop, f.z_stop))
+    return ChannelVolume(
+        collection_id=exp.collection_id,
+        experiment_id=exp.id,
+        channel_id=chan.id,
+        dtype=np.dtype(chan.datatype),
+        frame=frame,
+        num_levels=exp.num_hierarchy_levels,
+        method=exp.hierarchy_method,  # type: ignore[arg-type]
+        num_time_samples=exp.num_time_samples,
+    )

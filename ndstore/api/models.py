@@ -1,0 +1,110 @@
+"""Metadata: coordinate frames, the collection -> experiment -> channel hierarchy (Boss v1
+field names), API tokens (stored hashed) and per-resource permission grants."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+
+NAME_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}"
+name_validator = RegexValidator(
+    rf"^{NAME_PATTERN}$", "names are 1-64 letters, digits, '_' or '-', not starting with '-'"
+)
+MAX_COORD = 1 << 30
+
+
+def _name_field() -> models.CharField:
+    return models.CharField(max_length=64, validators=[name_validator])
+
+
+class Resource(models.Model):
+    description = models.CharField(max_length=4096, blank=True, default="")
+    creator = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        abstract = True
+
+
+class CoordinateFrame(Resource):
+    UNITS = ["nanometers", "micrometers", "millimeters", "centimeters"]
+    name = models.CharField(max_length=64, unique=True, validators=[name_validator])
+    x_start = models.BigIntegerField(default=0, validators=[MinValueValidator(0)])
+    x_stop = models.BigIntegerField(validators=[MinValueValidator(1), MaxValueValidator(MAX_COORD)])
+    y_start = models.BigIntegerField(default=0, validators=[MinValueValidator(0)])
+    y_stop = models.BigIntegerField(validators=[MinValueValidator(1), MaxValueValidator(MAX_COORD)])
+    z_start = models.BigIntegerField(default=0, validators=[MinValueValidator(0)])
+    z_stop = models.BigIntegerField(validators=[MinValueValidator(1), MaxValueValidator(MAX_COORD)])
+    x_voxel_size = models.FloatField(default=1.0, validators=[MinValueValidator(0.0)])
+    y_voxel_size = models.FloatField(default=1.0, validators=[MinValueValidator(0.0)])
+    z_voxel_size = models.FloatField(default=1.0, validators=[MinValueValidator(0.0)])
+    voxel_unit = models.CharField(max_length=16, default="nanometers", choices=[(u, u) for u in UNITS])
+
+
+class Collection(Resource):
+    name = models.CharField(max_length=64, unique=True, validators=[name_validator])
+    public = models.BooleanField(default=False)
+
+
+class Experiment(Resource):
+    METHODS = ["anisotropic", "isotropic"]
+    collection = models.ForeignKey(Collection, on_delete=models.PROTECT, related_name="experiments")
+    name = _name_field()
+    coord_frame = models.ForeignKey(CoordinateFrame, on_delete=models.PROTECT, related_name="experiments")
+    num_hierarchy_levels = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(20)])
+    hierarchy_method = models.CharField(max_length=16, default="anisotropic", choices=[(m, m) for m in METHODS])
+    num_time_samples = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(1 << 20)])
+    time_step = models.FloatField(null=True, blank=True)
+    time_step_unit = models.CharField(max_length=16, blank=True, default="")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["collection", "name"], name="unique_experiment_name")]
+
+
+class Channel(Resource):
+    TYPES = {"image": ["uint8", "uint16", "uint32", "uint64", "float32"], "annotation": ["uint32", "uint64"]}
+    DATATYPES = ["uint8", "uint16", "uint32", "uint64", "float32"]
+    experiment = models.ForeignKey(Experiment, on_delete=models.PROTECT, related_name="channels")
+    name = _name_field()
+    type = models.CharField(max_length=16, default="image", choices=[(t, t) for t in TYPES])
+    datatype = models.CharField(max_length=16, default="uint8", choices=[(d, d) for d in DATATYPES])
+    base_resolution = models.PositiveIntegerField(default=0)
+    default_time_sample = models.PositiveIntegerField(default=0)
+    sources = models.JSONField(default=list, blank=True)
+    downsample_status = models.CharField(max_length=32, default="NOT_DOWNSAMPLED")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["experiment", "name"], name="unique_channel_name")]
+
+
+def hash_token(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """An API token. Only its SHA-256 is stored; the key itself is shown once, when minted."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    key_hash = models.CharField(max_length=64, unique=True)
+    label = models.CharField(max_length=128, blank=True, default="")
+    created = models.DateTimeField(auto_now_add=True)
+
+    @classmethod
+    def mint(cls, user: object, label: str = "", key: str | None = None) -> tuple[ApiToken, str]:
+        key = key or secrets.token_hex(20)
+        return cls.objects.create(user=user, key_hash=hash_token(key), label=label), key
+
+
+class Grant(models.Model):
+    """A permission level on a collection, or on one experiment or channel inside it.
+    One row per (user, resource); views keep it so with update_or_create."""
+
+    LEVELS = {"read": 1, "write": 2, "admin": 3}
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="grants")
+    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="grants")
+    experiment = models.ForeignKey(Experiment, null=True, blank=True, on_delete=models.CASCADE, related_name="grants")
+    channel = models.ForeignKey(Channel, null=True, blank=True, on_delete=models.CASCADE, related_name="grants")
+    level = models.CharField(max_length=8, choices=[(k, k) for k in LEVELS])

@@ -1,0 +1,1 @@
+"""Settings: base (shared), test, production. DJANGO_SETTINGS_MODULE picks one."""

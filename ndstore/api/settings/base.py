@@ -1,0 +1,83 @@
+"""Settings shared by every deployment. Values come from the environment (see ndstore.config)."""
+
+from __future__ import annotations
+
+import os
+
+import dj_database_url
+
+from ndstore.config import Config
+
+CONFIG = Config()
+
+SECRET_KEY = os.environ.get("NDSTORE_SECRET_KEY", "insecure-local-only-key")
+DEBUG = os.environ.get("NDSTORE_DEBUG", "0") == "1"
+ALLOWED_HOSTS = os.environ.get("NDSTORE_ALLOWED_HOSTS", "*").split(",")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "ndstore.api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "ndstore.api.urls"
+WSGI_APPLICATION = "ndstore.api.wsgi.application"
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {
+    "default": dj_database_url.config(
+        default=f"sqlite:///{CONFIG.data_dir / 'meta.sqlite3'}", conn_max_age=60
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+STATIC_URL = "/static/"
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+# Cutout bodies are read by the array parsers, which enforce NDSTORE_MAX_BODY_BYTES (413).
+DATA_UPLOAD_MAX_MEMORY_SIZE = CONFIG.max_body_bytes
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["ndstore.api.auth.TokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "ndstore.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("NDSTORE_LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,38 @@
+"""Routes of the service. Path converters parse names and ranges once, here at the edge."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import path
+
+from ndstore.api import converters  # noqa: F401  (registers the `name` and `range` converters)
+from ndstore.api.views import cutout, permissions, resources
+
+CUTOUT = "<name:collection>/<name:experiment>/<name:channel>/<int:resolution>/<range:x>/<range:y>/<range:z>/"
+
+
+def cutout_routes(prefix: str, view: type[cutout.CutoutView]) -> list:  # type: ignore[type-arg]
+    return [
+        path(f"{prefix}{CUTOUT}", view.as_view()),
+        path(f"{prefix}{CUTOUT}<range:t>/", view.as_view()),
+        path(f"{prefix}<path:rest>", cutout.MalformedCutout.as_view()),
+    ]
+
+
+urlpatterns = [
+    path("v1/collection/", resources.CollectionList.as_view()),
+    path("v1/collection/<name:name>/", resources.CollectionView.as_view()),
+    path("v1/collection/<name:collection>/experiment/", resources.ExperimentList.as_view()),
+    path("v1/collection/<name:collection>/experiment/<name:name>/", resources.ExperimentView.as_view()),
+    path("v1/collection/<name:collection>/experiment/<name:experiment>/channel/", resources.ChannelList.as_view()),
+    path(
+        "v1/collection/<name:collection>/experiment/<name:experiment>/channel/<name:name>/",
+        resources.ChannelView.as_view(),
+    ),
+    path("v1/coord/", resources.CoordFrameList.as_view()),
+    path("v1/coord/<name:name>/", resources.CoordFrameView.as_view()),
+    path("v1/permissions/", permissions.PermissionsView.as_view()),
+    *cutout_routes("v1/cutout/", cutout.CutoutView),
+    *cutout_routes("v1/direct/cutout/", cutout.DirectCutoutView),
+    path("admin/", admin.site.urls),
+]

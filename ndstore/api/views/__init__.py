@@ -1,0 +1,1 @@
+"""Thin views: parse at the edge, one engine call, a response."""

@@ -1,0 +1,213 @@
+"""Boss v1 resource endpoints: coordinate frames, collections, experiments, channels.
+
+GET needs read, POST/PUT/DELETE need admin on the parent (or on the resource itself);
+collections and coordinate frames are created by resource managers (staff users).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from rest_framework import serializers as drf_serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ndstore.api import auth, lookups
+from ndstore.api.models import Collection, CoordinateFrame, Grant
+from ndstore.api.serializers import (
+    ChannelSerializer,
+    CollectionSerializer,
+    CoordinateFrameSerializer,
+    ExperimentSerializer,
+)
+from ndstore.core.errors import Conflict, InvalidRequest, NotFound
+from ndstore.wiring import services
+
+
+class ResourceView(APIView):
+    """GET/POST/PUT/DELETE of one named resource. Subclasses say how to find it and its parent."""
+
+    serializer_class: type[drf_serializers.ModelSerializer]
+    kind: str
+
+    def find(self, **names: str) -> tuple[dict[str, Any], Any]:
+        """Return (the parent fields to save with, the resource or None)."""
+        raise NotImplementedError
+
+    def check(self, request: Any, level: int, parents: dict[str, Any], obj: Any) -> None:
+        raise NotImplementedError
+
+    def get(self, request: Any, **names: str) -> Response:
+        parents, obj = self.find(**names)
+        if obj is None:
+            raise NotFound(f"{self.kind} {'/'.join(names.values())} does not exist")
+        self.check(request, auth.READ, parents, obj)
+        return Response(self.serializer_class(obj, context=parents).data)
+
+    def post(self, request: Any, **names: str) -> Response:
+        parents, obj = self.find(**names)
+        self.check(request, auth.ADMIN, parents, None)
+        if obj is not None:
+            raise Conflict(f"{self.kind} {'/'.join(names.values())} already exists")
+        data = {**_require_object(request.data), "name": names["name"]}
+        serializer = self.serializer_class(data=data, context=parents)
+        serializer.is_valid(raise_exception=True)
+        with transaction.atomic():
+            created = serializer.save(creator=request.user, **parents)
+            self.after_create(request, created)
+        return Response(self.serializer_class(created, context=parents).data, status=201)
+
+    def put(self, request: Any, **names: str) -> Response:
+        parents, obj = self.find(**names)
+        if obj is None:
+            raise NotFound(f"{self.kind} {'/'.join(names.values())} does not exist")
+        self.check(request, auth.ADMIN, parents, obj)
+        _require_object(request.data)
+        serializer = self.serializer_class(obj, data=request.data, partial=True, context=parents)
+        serializer.is_valid(raise_exception=True)
+        if request.data.get("name", obj.name) != obj.name:
+            raise InvalidRequest("renaming a resource is not supported")
+        return Response(self.serializer_class(serializer.save(), context=parents).data)
+
+    def delete(self, request: Any, **names: str) -> Response:
+        parents, obj = self.find(**names)
+        if obj is None:
+            raise NotFound(f"{self.kind} {'/'.join(names.values())} does not exist")
+        self.check(request, auth.ADMIN, parents, obj)
+        self.before_delete(obj)
+        obj.delete()
+        return Response(status=204)
+
+    def after_create(self, request: Any, obj: Any) -> None:
+        pass
+
+    def before_delete(self, obj: Any) -> None:
+        pass
+
+
+def _require_object(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise InvalidRequest("the request body must be a JSON object of the resource's fields")
+    return data
+
+
+def _refuse_if(children: Any, what: str, obj: Any) -> None:
+    if children.exists():
+        raise Conflict(f"{obj.name} still has {what}; delete them first")
+
+
+class CoordFrameView(ResourceView):
+    serializer_class = CoordinateFrameSerializer
+    kind = "coordinate frame"
+
+    def find(self, **names: str) -> tuple[dict[str, Any], Any]:
+        return {}, CoordinateFrame.objects.filter(name=names["name"]).first()
+
+    def check(self, request: Any, level: int, parents: dict[str, Any], obj: Any) -> None:
+        if level > auth.READ:
+            auth.require_staff(request.user, "create, change or delete coordinate frames")
+        else:
+            auth.require_login(request.user, "read coordinate frames")
+
+    def before_delete(self, obj: Any) -> None:
+        _refuse_if(obj.experiments, "experiments using it", obj)
+
+
+class CollectionView(ResourceView):
+    serializer_class = CollectionSerializer
+    kind = "collection"
+
+    def find(self, **names: str) -> tuple[dict[str, Any], Any]:
+        return {}, Collection.objects.filter(name=names["name"]).first()
+
+    def check(self, request: Any, level: int, parents: dict[str, Any], obj: Any) -> None:
+        if obj is None:
+            auth.require_staff(request.user, "create collections")
+        else:
+            auth.require(request.user, level, obj)
+
+    def after_create(self, request: Any, obj: Any) -> None:
+        Grant.objects.create(user=request.user, collection=obj, level="admin")
+
+    def before_delete(self, obj: Any) -> None:
+        _refuse_if(obj.experiments, "experiments", obj)
+
+
+class ExperimentView(ResourceView):
+    serializer_class = ExperimentSerializer
+    kind = "experiment"
+
+    def find(self, **names: str) -> tuple[dict[str, Any], Any]:
+        coll = lookups.collection(names["collection"])
+        return {"collection": coll}, coll.experiments.filter(name=names["name"]).first()
+
+    def check(self, request: Any, level: int, parents: dict[str, Any], obj: Any) -> None:
+        auth.require(request.user, level, parents["collection"], obj)
+
+    def before_delete(self, obj: Any) -> None:
+        _refuse_if(obj.channels, "channels", obj)
+
+
+class ChannelView(ResourceView):
+    serializer_class = ChannelSerializer
+    kind = "channel"
+
+    def find(self, **names: str) -> tuple[dict[str, Any], Any]:
+        exp = lookups.experiment(lookups.collection(names["collection"]), names["experiment"])
+        return {"experiment": exp}, exp.channels.filter(name=names["name"]).first()
+
+    def check(self, request: Any, level: int, parents: dict[str, Any], obj: Any) -> None:
+        exp = parents["experiment"]
+        auth.require(request.user, level, exp.collection, exp, obj)
+
+    def before_delete(self, obj: Any) -> None:
+        sourcing = [c.name for c in obj.experiment.channels.exclude(pk=obj.pk) if obj.name in c.sources]
+        if sourcing:
+            raise Conflict(f"{obj.name} is the source of {', '.join(sourcing)}; delete those first")
+        services().base_tier.purge(lookups.channel_volume(obj))
+
+
+class ListView(APIView):
+    """GET of the names in one level of the hierarchy that the caller may read."""
+
+    key: str
+
+    def names(self, request: Any, **names: str) -> list[str]:
+        raise NotImplementedError
+
+    def get(self, request: Any, **names: str) -> Response:
+        return Response({self.key: sorted(self.names(request, **names))})
+
+
+class CollectionList(ListView):
+    key = "collections"
+
+    def names(self, request: Any, **names: str) -> list[str]:
+        return [c.name for c in Collection.objects.all() if auth.access_level(request.user, c) >= auth.READ]
+
+
+class ExperimentList(ListView):
+    key = "experiments"
+
+    def names(self, request: Any, **names: str) -> list[str]:
+        coll = lookups.collection(names["collection"])
+        auth.require(request.user, auth.READ, coll)
+        return [e.name for e in coll.experiments.all()]
+
+
+class ChannelList(ListView):
+    key = "channels"
+
+    def names(self, request: Any, **names: str) -> list[str]:
+        exp = lookups.experiment(lookups.collection(names["collection"]), names["experiment"])
+        auth.require(request.user, auth.READ, exp.collection, exp)
+        return [c.name for c in exp.channels.all()]
+
+
+class CoordFrameList(ListView):
+    key = "coords"
+
+    def names(self, request: Any, **names: str) -> list[str]:
+        auth.require_login(request.user, "list coordinate frames")
+        return [f.name for f in CoordinateFrame.objects.all()]

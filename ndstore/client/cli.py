@@ -1,0 +1,122 @@
+"""The `ndstore` command line: `up` runs the local stack, `token` mints API tokens."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from ndstore.client.localstack import LocalStack
+
+
+def _django(data_dir: Path | None = None) -> None:
+    if data_dir is not None:
+        os.environ["NDSTORE_DATA_DIR"] = str(data_dir.resolve())
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ndstore.api.settings.base")
+    import django
+
+    django.setup()
+
+
+def _admin_token_file(data_dir: Path) -> Path:
+    return data_dir / "admin_token"
+
+
+@click.group()
+def main() -> None:
+    """NDStore: tiered storage for petascale image volumes."""
+
+
+@main.command()
+@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".ndstore"), show_default=True,
+              help="Where every dataset, voxel, and the admin token are kept across restarts.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True)
+@click.option("--workers", default=2, show_default=True, help="gunicorn worker processes")
+@click.option("--threads", default=4, show_default=True, help="threads per worker")
+@click.option("--demo/--no-demo", default=False, help="Create the demo dataset if it is missing.")
+@click.option("--s3-endpoint", default=None, help="Keep supercuboids in S3 at this endpoint instead of the data dir.")
+@click.option("--dynamodb-endpoint", default=None, help="Keep the supercuboid index in DynamoDB at this endpoint.")
+def up(data_dir: Path, host: str, port: int, workers: int, threads: int, demo: bool,
+       s3_endpoint: str | None, dynamodb_endpoint: str | None) -> None:
+    """Run the whole local stack in the foreground until Ctrl-C."""
+    extra = {"NDSTORE_DEMO": "1" if demo else "0"}
+    if s3_endpoint:
+        extra.update(NDSTORE_OBJECT_STORE="s3", NDSTORE_S3_ENDPOINT_URL=s3_endpoint)
+    if dynamodb_endpoint:
+        extra.update(NDSTORE_INDEX="dynamodb", NDSTORE_DYNAMODB_ENDPOINT_URL=dynamodb_endpoint)
+    stack = LocalStack(data_dir.resolve(), host, port, workers=workers, threads=threads, extra_env=extra)
+    stack.start()
+    token = os.environ.get("NDSTORE_ADMIN_TOKEN") or _admin_token_file(stack.data_dir).read_text().strip()
+    click.echo(f"\nNDStore is up at {stack.url}  (data in {stack.data_dir})")
+    click.echo(f"admin token: {token}")
+    if demo:
+        click.echo(f"demo: {stack.url}/v1/cutout/demo/em/image/0/0:512/0:512/0:16/")
+    click.echo("Ctrl-C stops it.")
+    sys.exit(stack.wait())
+
+
+@main.command(hidden=True)
+def prepare() -> None:
+    """Migrate the metadata database, ensure the admin and its token, load the demo if asked."""
+    _django()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+    from ndstore.wiring import services
+
+    services()  # creates the bucket/directory and the index table
+    data_dir = services().config.data_dir
+    admin = _ensure_admin(data_dir)
+    if os.environ.get("NDSTORE_DEMO") == "1":
+        from ndstore.client.demo import create_demo
+
+        if create_demo(admin):
+            click.echo("demo dataset created: demo/em/image and demo/em/labels")
+
+
+def _ensure_admin(data_dir: Path) -> object:
+    from django.contrib.auth import get_user_model
+
+    from ndstore.api.models import ApiToken, hash_token
+
+    admin, _ = get_user_model().objects.get_or_create(
+        username="admin", defaults={"is_staff": True, "is_superuser": True}
+    )
+    key = os.environ.get("NDSTORE_ADMIN_TOKEN")
+    token_file = _admin_token_file(data_dir)
+    if key is None and token_file.exists():
+        key = token_file.read_text().strip()
+    if key is None or not ApiToken.objects.filter(key_hash=hash_token(key)).exists():
+        _, key = ApiToken.mint(admin, label="admin", key=key)
+    if not os.environ.get("NDSTORE_ADMIN_TOKEN"):
+        token_file.touch(mode=0o600)
+        token_file.write_text(key + "\n")
+    return admin
+
+
+@main.command()
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              help="The data dir of a local stack (default: NDSTORE_DATA_DIR or ./.ndstore).")
+@click.option("--user", "username", required=True, help="Create the user if it does not exist.")
+@click.option("--staff", is_flag=True, help="Make the user a resource manager (may create collections).")
+@click.option("--label", default="", help="A note stored with the token.")
+def token(data_dir: Path | None, username: str, staff: bool, label: str) -> None:
+    """Mint an API token for a user and print it (it is stored only hashed)."""
+    _django(data_dir)
+    from django.contrib.auth import get_user_model
+
+    from ndstore.api.models import ApiToken
+
+    user, _ = get_user_model().objects.get_or_create(username=username)
+    if staff and not user.is_staff:
+        user.is_staff = True
+        user.save(update_fields=["is_staff"])
+    _, key = ApiToken.mint(user, label=label)
+    click.echo(key)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""The demo dataset of `ndstore up --demo`: a public collection with synthetic EM-like uint8
+imagery and a sparse uint64 annotation channel over it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ndstore.core import synthetic
+from ndstore.core.geometry import Box
+
+DEMO_SHAPE_XYZ = (1024, 1024, 64)
+
+
+def create_demo(admin: Any) -> bool:
+    """Create the demo dataset unless it exists. Returns True when it was created."""
+    from ndstore.api import lookups
+    from ndstore.api.models import Channel, Collection, CoordinateFrame, Experiment, Grant
+    from ndstore.engine.volume import make_cutout
+    from ndstore.wiring import services
+
+    if Collection.objects.filter(name="demo").exists():
+        return False
+    x, y, z = DEMO_SHAPE_XYZ
+    frame = CoordinateFrame.objects.create(name="demo_frame", x_stop=x, y_stop=y, z_stop=z, x_voxel_size=4,
+                                           y_voxel_size=4, z_voxel_size=40, creator=admin)
+    coll = Collection.objects.create(name="demo", description="Synthetic EM demo", public=True, creator=admin)
+    Grant.objects.create(user=admin, collection=coll, level="admin")
+    exp = Experiment.objects.create(collection=coll, name="em", coord_frame=frame, num_hierarchy_levels=4,
+                                    creator=admin)
+    image = Channel.objects.create(experiment=exp, name="image", datatype="uint8", creator=admin)
+    labels = Channel.objects.create(experiment=exp, name="labels", type="annotation", datatype="uint64",
+                                    sources=["image"], creator=admin)
+    box = Box((0, 0, 0), DEMO_SHAPE_XYZ)
+    tier = services().base_tier
+    limit = 1 << 40
+    for chan, data in ((image, synthetic.em_like(box.shape_zyx, seed=1)),
+                       (labels, synthetic.sparse_labels(box.shape_zyx, seed=2, dtype=np.uint64))):
+        tier.write(make_cutout(lookups.channel_volume(chan), 0, box, range(0, 1), limit), data[np.newaxis])
+    return True

@@ -1,0 +1,42 @@
+"""Every setting of the service, read once from environment variables (12-factor).
+
+docs/deployment.md lists them with their defaults; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GiB = 1 << 30
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+@dataclass(frozen=True)
+class Config:
+    data_dir: Path = field(default_factory=lambda: Path(_env("NDSTORE_DATA_DIR", ".ndstore")).resolve())
+    object_store: str = field(default_factory=lambda: _env("NDSTORE_OBJECT_STORE", "file"))
+    s3_bucket: str = field(default_factory=lambda: _env("NDSTORE_S3_BUCKET", "ndstore-cuboids"))
+    s3_endpoint_url: str | None = field(default_factory=lambda: os.environ.get("NDSTORE_S3_ENDPOINT_URL"))
+    index: str = field(default_factory=lambda: _env("NDSTORE_INDEX", "sqlite"))
+    dynamodb_table: str = field(default_factory=lambda: _env("NDSTORE_DYNAMODB_TABLE", "ndstore-supercuboid-index"))
+    dynamodb_endpoint_url: str | None = field(default_factory=lambda: os.environ.get("NDSTORE_DYNAMODB_ENDPOINT_URL"))
+    aws_region: str = field(default_factory=lambda: _env("AWS_DEFAULT_REGION", "us-east-1"))
+    locks: str = field(default_factory=lambda: _env("NDSTORE_LOCKS", "redis"))
+    redis_url: str = field(default_factory=lambda: _env("NDSTORE_REDIS_URL", "redis://127.0.0.1:6390/0"))
+    io_parallelism: int = field(default_factory=lambda: int(_env("NDSTORE_IO_PARALLELISM", "16")))
+    max_body_bytes: int = field(default_factory=lambda: int(_env("NDSTORE_MAX_BODY_BYTES", str(GiB))))
+    max_cutout_bytes: int = field(default_factory=lambda: int(_env("NDSTORE_MAX_CUTOUT_BYTES", str(GiB))))
+    fsync: bool = field(default_factory=lambda: _env("NDSTORE_FSYNC", "1") == "1")
+
+    @property
+    def objects_dir(self) -> Path:
+        return self.data_dir / "objects"
+
+    @property
+    def index_path(self) -> Path:
+        return self.data_dir / "index.sqlite3"

@@ -1,0 +1,1 @@
+"""Pure, numpy-only building blocks: Morton codes, geometry, codecs, key schema, errors."""

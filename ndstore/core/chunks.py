@@ -1,0 +1,106 @@
+"""Blosc codec for cuboids, and the base-tier object format of a supercuboid.
+
+A supercuboid object is a small header followed by its cuboids, each blosc-compressed on its
+own. The cache tier can then page a supercuboid in by slicing bytes (no recompression), and a
+read of part of a supercuboid decompresses only the cuboids it touches. An all-zero cuboid is
+stored as a zero-length entry; an all-zero supercuboid is not stored at all.
+
+Layout (little endian):  b"NDSC" | u8 version | 4s dtype (numpy .str, padded) |
+3 x u32 cuboid shape (z, y, x) | 3 x u8 cuboid counts (z, y, x) | N x u32 entry lengths |
+the N entries, cuboids in C order of their (z, y, x) position.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+import blosc2
+import numpy as np
+import numpy.typing as npt
+
+from ndstore.core.errors import InvalidBody
+from ndstore.core.geometry import XYZ, Box
+
+MAGIC = b"NDSC"
+VERSION = 1
+_HEADER = struct.Struct("<4sB4s3I3B")
+_CPARAMS = {"codec": blosc2.Codec.LZ4, "clevel": 5, "filters": [blosc2.Filter.SHUFFLE], "nthreads": 1}
+
+
+def compress_cuboid(cuboid: npt.NDArray[np.generic]) -> bytes:
+    """Blosc bytes of one cuboid, or b"" when it is all zeros."""
+    if not cuboid.any():
+        return b""
+    data = np.ascontiguousarray(cuboid)
+    return blosc2.compress2(data, typesize=data.dtype.itemsize, **_CPARAMS)  # type: ignore[no-any-return]
+
+
+def decompress_cuboid(blob: bytes, dtype: np.dtype, shape_zyx: tuple[int, int, int]) -> npt.NDArray[np.generic]:
+    if not blob:
+        return np.zeros(shape_zyx, dtype)
+    expected = int(np.prod(shape_zyx)) * dtype.itemsize
+    nbytes, _, _ = blosc2.get_cbuffer_sizes(blob)
+    if nbytes != expected:
+        raise InvalidBody(f"cuboid holds {nbytes} bytes, expected {expected}")
+    out = np.empty(shape_zyx, dtype)
+    blosc2.decompress2(blob, dst=out, nthreads=1)
+    return out
+
+
+def _cuboid_boxes(cuboid: XYZ, counts: XYZ) -> Iterator[Box]:
+    """Boxes of the cuboids within a supercuboid (origin 0), in C order of (z, y, x)."""
+    for k in range(counts[2]):
+        for j in range(counts[1]):
+            for i in range(counts[0]):
+                lo = (i * cuboid[0], j * cuboid[1], k * cuboid[2])
+                yield Box(lo, (lo[0] + cuboid[0], lo[1] + cuboid[1], lo[2] + cuboid[2]))
+
+
+def encode_supercuboid(data: npt.NDArray[np.generic], cuboid: XYZ, counts: XYZ) -> bytes | None:
+    """The object bytes of a (z, y, x) supercuboid array, or None when it is all zeros."""
+    blobs = [compress_cuboid(data[b.slices_zyx()]) for b in _cuboid_boxes(cuboid, counts)]
+    if not any(blobs):
+        return None
+    dtype = data.dtype.str.encode().ljust(4)
+    header = _HEADER.pack(MAGIC, VERSION, dtype, cuboid[2], cuboid[1], cuboid[0], counts[2], counts[1], counts[0])
+    lengths = np.array([len(b) for b in blobs], dtype="<u4").tobytes()
+    return b"".join([header, lengths, *blobs])
+
+
+def split_supercuboid(obj: bytes) -> tuple[np.dtype, XYZ, XYZ, list[bytes]]:
+    """Parse an object into (dtype, cuboid shape xyz, counts xyz, cuboid blobs)."""
+    if len(obj) < _HEADER.size or obj[:4] != MAGIC:
+        raise InvalidBody("not a supercuboid object (bad magic)")
+    _, version, dtype, cz, cy, cx, nz, ny, nx = _HEADER.unpack_from(obj)
+    if version != VERSION:
+        raise InvalidBody(f"supercuboid object version {version} is not supported")
+    n = nz * ny * nx
+    lengths = np.frombuffer(obj, dtype="<u4", count=n, offset=_HEADER.size)
+    ends = _HEADER.size + 4 * n + np.cumsum(lengths, dtype=np.int64)
+    if n == 0 or ends[-1] != len(obj):
+        raise InvalidBody("supercuboid object is truncated or padded")
+    starts = np.concatenate(([_HEADER.size + 4 * n], ends[:-1]))
+    blobs = [obj[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
+    return np.dtype(dtype.decode().strip()), (cx, cy, cz), (nx, ny, nz), blobs
+
+
+def decode_supercuboid_region(obj: bytes, region: Box, out: npt.NDArray[np.generic]) -> None:
+    """Write the part ``region`` (coordinates relative to the supercuboid) of the object into
+    ``out``, an array of region's shape. Only the cuboids the region touches are decompressed."""
+    dtype, cuboid, counts, blobs = split_supercuboid(obj)
+    if dtype != out.dtype:
+        raise InvalidBody(f"stored supercuboid has dtype {dtype}, channel has {out.dtype}")
+    shape = (cuboid[2], cuboid[1], cuboid[0])
+    for blob, cbox in zip(blobs, _cuboid_boxes(cuboid, counts)):
+        part = region.intersect(cbox)
+        if part is None:
+            continue
+        target = out[part.slices_zyx(region.lo)]
+        if not blob:
+            target[...] = 0
+        elif part == cbox and target.flags.c_contiguous:
+            blosc2.decompress2(blob, dst=target, nthreads=1)
+        else:
+            target[...] = decompress_cuboid(blob, dtype, shape)[part.slices_zyx(cbox.lo)]
+

@@ -1,0 +1,177 @@
+"""Wire formats of cutout bodies, one class per media type, each a pure encode/decode pair.
+
+Every decoder checks the size a body claims before it inflates it (no decompression bombs),
+then checks the decoded array's shape and dtype against the box it is written to.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import zlib
+from typing import Any, ClassVar, Protocol
+
+import blosc
+import blosc2
+import numpy as np
+import numpy.typing as npt
+
+from ndstore.core.errors import InvalidBody, UnsupportedMediaType
+
+Array = npt.NDArray[Any]
+
+
+class WireFormat(Protocol):
+    media_type: ClassVar[str]
+
+    def encode(self, array: Array) -> bytes: ...
+
+    def decode(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array: ...
+
+
+def _expected_nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
+
+def _blosc_nbytes(body: bytes) -> int:
+    try:
+        nbytes, _, _ = blosc2.get_cbuffer_sizes(body)
+    except Exception as exc:  # blosc raises bare RuntimeError/ValueError on a bad header
+        raise InvalidBody(f"body is not a blosc buffer: {exc}") from None
+    return int(nbytes)
+
+
+def _blosc_decompress(body: bytes) -> bytes:
+    try:
+        return blosc2.decompress(body)  # type: ignore[no-any-return]
+    except Exception as exc:
+        raise InvalidBody(f"blosc body is corrupt: {exc}") from None
+
+
+def _check_array(array: Array, shape: tuple[int, ...], dtype: np.dtype) -> Array:
+    if array.dtype != dtype:
+        raise InvalidBody(f"body has dtype {array.dtype}, the channel stores {dtype}")
+    if array.shape != shape:
+        raise InvalidBody(f"body has shape {array.shape}, the box needs {shape}")
+    return array
+
+
+def _raw_to_array(raw: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
+    expected = _expected_nbytes(shape, dtype)
+    if len(raw) != expected:
+        raise InvalidBody(
+            f"body holds {len(raw)} bytes, the box {shape} of {dtype} needs {expected}"
+        )
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+class BloscFormat:
+    """`application/blosc`: blosc-compressed C-order bytes (readable by python-blosc 1.x)."""
+
+    media_type: ClassVar[str] = "application/blosc"
+
+    def encode(self, array: Array) -> bytes:
+        data = np.ascontiguousarray(array)
+        return blosc.compress(data, typesize=data.dtype.itemsize, cname="lz4", clevel=5)  # type: ignore[no-any-return]
+
+    def decode(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
+        expected = _expected_nbytes(shape, dtype)
+        claimed = _blosc_nbytes(body)
+        if claimed != expected:
+            raise InvalidBody(
+                f"blosc body holds {claimed} bytes, the box {shape} of {dtype} needs {expected}"
+            )
+        return _raw_to_array(_blosc_decompress(body), shape, dtype)
+
+
+class _NumpyOnlyUnpickler(pickle.Unpickler):
+    """Unpickles numpy arrays and nothing else: a pickle from a client is never trusted."""
+
+    _ALLOWED = {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self._ALLOWED or module == "numpy.dtypes":
+            return super().find_class(module, name)
+        raise InvalidBody(f"blosc-python body pickles {module}.{name}, which is not allowed")
+
+
+class BloscPythonFormat:
+    """`application/blosc-python`: python-blosc's ``pack_array`` (a pickled array, compressed)."""
+
+    media_type: ClassVar[str] = "application/blosc-python"
+    _PICKLE_OVERHEAD = 4096
+
+    def encode(self, array: Array) -> bytes:
+        return blosc.pack_array(np.ascontiguousarray(array), cname="lz4")  # type: ignore[no-any-return]
+
+    def decode(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
+        if _blosc_nbytes(body) > _expected_nbytes(shape, dtype) + self._PICKLE_OVERHEAD:
+            raise InvalidBody(f"blosc-python body claims more bytes than a {shape} {dtype} array")
+        try:
+            array = _NumpyOnlyUnpickler(io.BytesIO(_blosc_decompress(body))).load()
+        except InvalidBody:
+            raise
+        except Exception as exc:
+            raise InvalidBody(f"blosc-python body does not hold a pickled array: {exc}") from None
+        if not isinstance(array, np.ndarray):
+            raise InvalidBody("blosc-python body does not hold an array")
+        return _check_array(array, shape, dtype)
+
+
+class NpygzFormat:
+    """`application/npygz`: ``numpy.save`` output, zlib- (or gzip-) compressed."""
+
+    media_type: ClassVar[str] = "application/npygz"
+    _HEADER_ALLOWANCE = 4096
+
+    def encode(self, array: Array) -> bytes:
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+        return zlib.compress(buf.getbuffer(), 1)
+
+    def decode(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
+        limit = _expected_nbytes(shape, dtype) + self._HEADER_ALLOWANCE
+        inflater = zlib.decompressobj(wbits=47)  # zlib or gzip header, detected
+        try:
+            raw = inflater.decompress(body, limit)
+        except zlib.error as exc:
+            raise InvalidBody(f"npygz body is not zlib/gzip data: {exc}") from None
+        if inflater.unconsumed_tail:
+            raise InvalidBody(f"npygz body inflates past the {shape} {dtype} box")
+        try:
+            array = np.load(io.BytesIO(raw), allow_pickle=False)
+        except Exception as exc:
+            raise InvalidBody(f"npygz body is not a .npy array: {exc}") from None
+        return _check_array(array, shape, dtype)
+
+
+class OctetStreamFormat:
+    """`application/octet-stream`: raw C-order bytes."""
+
+    media_type: ClassVar[str] = "application/octet-stream"
+
+    def encode(self, array: Array) -> bytes:
+        return np.ascontiguousarray(array).tobytes()
+
+    def decode(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
+        return _raw_to_array(body, shape, dtype)
+
+
+FORMATS: dict[str, WireFormat] = {
+    f.media_type: f for f in (BloscFormat(), BloscPythonFormat(), NpygzFormat(), OctetStreamFormat())
+}
+
+
+def format_for(media_type: str) -> WireFormat:
+    try:
+        return FORMATS[media_type]
+    except KeyError:
+        known = ", ".join(sorted(FORMATS))
+        raise UnsupportedMediaType(f"media type {media_type!r} is not supported; use one of {known}") from None

@@ -1,0 +1,1 @@
+"""Tiered read/write of volumes: direct I/O, and (later) the cache tier, flusher and managers."""

@@ -1,0 +1,67 @@
+"""What the engine needs to know about one channel: ids, dtype, extent and grid per level."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ndstore.core.errors import InvalidRequest, PayloadTooLarge
+from ndstore.core.geometry import Box, Grid, HierarchyMethod, check_inside, grid_for_level, level_extent
+from ndstore.core.keys import VolumeKey
+
+
+@dataclass(frozen=True)
+class ChannelVolume:
+    collection_id: int
+    experiment_id: int
+    channel_id: int
+    dtype: np.dtype
+    frame: Box  # the coordinate frame at resolution 0
+    num_levels: int
+    method: HierarchyMethod
+    num_time_samples: int
+
+    def grid(self, resolution: int) -> Grid:
+        return grid_for_level(self.method, resolution, self.dtype.itemsize)
+
+    def extent(self, resolution: int) -> Box:
+        return level_extent(self.frame, resolution, self.method)
+
+    def volume_key(self, resolution: int, time: int) -> VolumeKey:
+        return VolumeKey(self.collection_id, self.experiment_id, self.channel_id, resolution, time)
+
+
+@dataclass(frozen=True)
+class Cutout:
+    """A validated request region: a channel, a level, a box and a range of time samples."""
+
+    channel: ChannelVolume
+    resolution: int
+    box: Box
+    times: range
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (len(self.times), *self.box.shape_zyx)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.times) * self.box.nvoxels * self.channel.dtype.itemsize
+
+
+def make_cutout(channel: ChannelVolume, resolution: int, box: Box, times: range, max_bytes: int) -> Cutout:
+    """Validate a request against the channel; every failure names what is wrong."""
+    if not 0 <= resolution < channel.num_levels:
+        raise InvalidRequest(
+            f"resolution {resolution} does not exist: this channel has levels 0..{channel.num_levels - 1}"
+        )
+    if len(times) == 0 or times.start < 0 or times.stop > channel.num_time_samples:
+        raise InvalidRequest(
+            f"time range {times.start}:{times.stop} is empty or outside 0:{channel.num_time_samples}"
+        )
+    check_inside(box, channel.extent(resolution))
+    cutout = Cutout(channel, resolution, box, times)
+    if cutout.nbytes > max_bytes:
+        raise PayloadTooLarge(f"the box holds {cutout.nbytes} bytes; the limit per request is {max_bytes}")
+    return cutout

@@ -1,0 +1,76 @@
+"""SupercuboidIndex over DynamoDB (any endpoint): partition key = volume, sort key = Morton."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ndstore.core.errors import StorageError
+from ndstore.core.keys import SupercuboidKey, VolumeKey
+from ndstore.storage.s3 import _client
+
+
+class DynamoSupercuboidIndex:
+    def __init__(self, table: str, endpoint_url: str | None = None, region: str = "us-east-1"):
+        self.table = table
+        self._db = _client("dynamodb", endpoint_url, region, 16)
+
+    def ensure_ready(self) -> None:
+        try:
+            self._db.describe_table(TableName=self.table)
+            return
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ResourceNotFoundException":
+                raise StorageError(f"DynamoDB describe_table failed: {exc}") from exc
+        self._db.create_table(
+            TableName=self.table,
+            KeySchema=[{"AttributeName": "volume", "KeyType": "HASH"}, {"AttributeName": "morton", "KeyType": "RANGE"}],
+            AttributeDefinitions=[
+                {"AttributeName": "volume", "AttributeType": "S"},
+                {"AttributeName": "morton", "AttributeType": "N"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        self._db.get_waiter("table_exists").wait(TableName=self.table)
+
+    @staticmethod
+    def _item(key: SupercuboidKey) -> dict[str, Any]:
+        return {"volume": {"S": key.volume.partition}, "morton": {"N": str(key.morton)}}
+
+    def put_many(self, keys: Sequence[SupercuboidKey]) -> None:
+        item = self._item
+        self._batch([{"PutRequest": {"Item": {**item(k), "object_key": {"S": k.object_key}}}} for k in keys])
+
+    def delete_many(self, keys: Sequence[SupercuboidKey]) -> None:
+        self._batch([{"DeleteRequest": {"Key": self._item(k)}} for k in keys])
+
+    def _batch(self, requests: list[dict[str, Any]]) -> None:
+        try:
+            for i in range(0, len(requests), 25):
+                pending = {self.table: requests[i : i + 25]}
+                for _ in range(8):
+                    reply = self._db.batch_write_item(RequestItems=pending)
+                    pending = reply.get("UnprocessedItems") or {}
+                    if not pending:
+                        break
+                else:
+                    raise StorageError("DynamoDB left items unprocessed after 8 tries")
+        except (ClientError, BotoCoreError) as exc:
+            raise StorageError(f"DynamoDB batch write failed: {exc}") from exc
+
+    def mortons(self, volume: VolumeKey) -> list[int]:
+        out: list[int] = []
+        pages = self._db.get_paginator("query").paginate(
+            TableName=self.table,
+            KeyConditionExpression="volume = :v",
+            ExpressionAttributeValues={":v": {"S": volume.partition}},
+            ProjectionExpression="morton",
+        )
+        try:
+            for page in pages:
+                out.extend(int(item["morton"]["N"]) for item in page["Items"])
+        except (ClientError, BotoCoreError) as exc:
+            raise StorageError(f"DynamoDB query failed: {exc}") from exc
+        return out
