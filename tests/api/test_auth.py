@@ -1,0 +1,128 @@
+"""The permission matrix: every role against every kind of action, and bad tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+from tests.api.conftest import Dataset, client_for, make_dataset
+
+ROLES = ["anonymous", "no_grant", "read", "write", "admin", "other_admin", "staff_no_grant"]
+# action -> the roles allowed to do it
+MATRIX = {
+    "read_cutout": {"read", "write", "admin"},
+    "write_cutout": {"write", "admin"},
+    "read_channel": {"read", "write", "admin"},
+    "update_collection": {"admin"},
+    "create_experiment": {"admin"},
+    "grant": {"admin"},
+    "create_collection": {"staff_no_grant"},
+}
+BOX = ((0, 16), (0, 16), (0, 2))
+
+
+@pytest.fixture
+def world(admin: APIClient) -> dict[str, Any]:
+    ds = make_dataset(admin, name="secret")
+    make_dataset(admin, name="other")
+    clients: dict[str, APIClient] = {"anonymous": APIClient()}
+    for role in ROLES[1:]:
+        user = User.objects.create(username=role, is_staff=role == "staff_no_grant")
+        clients[role] = client_for(user)
+        if role in ("read", "write", "admin"):
+            admin.post("/v1/permissions/", {"user": role, "collection": "secret", "level": role}, format="json")
+        if role == "other_admin":
+            admin.post("/v1/permissions/", {"user": role, "collection": "other", "level": "admin"}, format="json")
+    return {"ds": ds, "clients": clients, "admin": admin}
+
+
+def act(action: str, client: APIClient, ds: Dataset, n: int) -> Any:
+    url = ds.cutout("img8", 0, *BOX)
+    if action == "read_cutout":
+        return client.get(url)
+    if action == "write_cutout":
+        return client.generic("POST", url, np.full((2, 16, 16), n, np.uint8).tobytes(),
+                              content_type="application/octet-stream")
+    if action == "read_channel":
+        return client.get("/v1/collection/secret/experiment/e1/channel/img8/")
+    if action == "update_collection":
+        return client.put("/v1/collection/secret/", {"description": f"v{n}"}, format="json")
+    if action == "create_experiment":
+        return client.post(f"/v1/collection/secret/experiment/x{n}/", {"coord_frame": "secret_frame"}, format="json")
+    if action == "grant":
+        return client.post("/v1/permissions/", {"user": "no_grant", "collection": "secret", "level": "read"},
+                           format="json")
+    if action == "create_collection":
+        return client.post(f"/v1/collection/new{n}/", {}, format="json")
+    raise AssertionError(action)
+
+
+@pytest.mark.parametrize("action", sorted(MATRIX))
+def test_permission_matrix(world: dict[str, Any], action: str) -> None:
+    for n, role in enumerate(ROLES, start=1):
+        if action == "grant" and role == "admin":
+            continue  # checked below, after the denials, so no_grant stays ungranted
+        r = act(action, world["clients"][role], world["ds"], n)
+        if role in MATRIX[action]:
+            assert r.status_code in (200, 201), (role, r.content)
+        else:
+            expected = 401 if role == "anonymous" else 403
+            assert r.status_code == expected, (role, action, r.status_code, r.content)
+            assert any(w in r.json()["message"] for w in ("permission", "token", "resource managers"))
+    if action == "grant":
+        assert act(action, world["clients"]["admin"], world["ds"], 0).status_code == 201
+
+
+def test_denied_write_leaves_data_unchanged(world: dict[str, Any]) -> None:
+    ds, clients = world["ds"], world["clients"]
+    assert act("write_cutout", clients["write"], ds, 5).status_code == 201
+    for role in ("anonymous", "no_grant", "read", "other_admin"):
+        assert act("write_cutout", clients[role], ds, 99).status_code in (401, 403)
+    r = clients["read"].get(ds.cutout("img8", 0, *BOX), HTTP_ACCEPT="application/octet-stream")
+    assert set(np.frombuffer(r.content, np.uint8)) == {5}
+
+
+def test_public_collection_allows_anonymous_reads_only(world: dict[str, Any]) -> None:
+    admin, ds, anon = world["admin"], world["ds"], world["clients"]["anonymous"]
+    assert admin.put("/v1/collection/secret/", {"public": True}, format="json").status_code == 200
+    assert anon.get(ds.cutout("img8", 0, *BOX)).status_code == 200
+    assert anon.get("/v1/collection/secret/").status_code == 200
+    assert act("write_cutout", anon, ds, 1).status_code == 401
+    assert anon.get("/v1/collection/").json() == {"collections": ["secret"]}
+
+
+def test_channel_grant_does_not_leak_to_siblings(world: dict[str, Any]) -> None:
+    admin = world["admin"]
+    admin.post("/v1/collection/secret/experiment/e1/channel/img2/", {"datatype": "uint8"}, format="json")
+    admin.post("/v1/permissions/", {"user": "no_grant", "collection": "secret", "experiment": "e1",
+                                    "channel": "img2", "level": "write"}, format="json")
+    c = world["clients"]["no_grant"]
+    assert c.get("/v1/cutout/secret/e1/img2/0/0:4/0:4/0:1/").status_code == 200
+    assert c.get("/v1/cutout/secret/e1/img8/0/0:4/0:4/0:1/").status_code == 403
+
+
+def test_revoking_a_grant(world: dict[str, Any]) -> None:
+    admin, c = world["admin"], world["clients"]["read"]
+    listed = admin.get("/v1/permissions/?collection=secret").json()["permissions"]
+    assert {"user": "read", "level": "read"} in listed
+    assert admin.delete("/v1/permissions/?collection=secret&user=read").status_code == 204
+    assert c.get(world["ds"].cutout("img8", 0, *BOX)).status_code == 403
+
+
+@pytest.mark.parametrize("header,message", [("Token nope", "invalid or revoked"), ("Bearer abc", "must be 'Token"),
+                                            ("Token", "must be 'Token")])
+def test_bad_tokens_are_401(world: dict[str, Any], header: str, message: str) -> None:
+    r = APIClient().get("/v1/collection/", HTTP_AUTHORIZATION=header)
+    assert r.status_code == 401 and message in r.json()["message"]
+
+
+def test_tokens_are_stored_hashed(admin: APIClient) -> None:
+    from ndstore.api.models import ApiToken
+
+    user = User.objects.create(username="h")
+    token, key = ApiToken.mint(user)
+    assert key not in token.key_hash and len(token.key_hash) == 64

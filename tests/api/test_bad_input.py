@@ -1,0 +1,137 @@
+"""Bad input gets a 4xx whose message names the problem, and stored data stays unchanged."""
+
+from __future__ import annotations
+
+import pickle
+import zlib
+from typing import Any
+
+import blosc
+import numpy as np
+import pytest
+from django.test import override_settings
+
+from ndstore.core import wire
+from tests.api.conftest import Dataset
+
+BOX = ((0, 40), (0, 30), (0, 4))
+SHAPE = (4, 30, 40)
+
+
+@pytest.fixture
+def stored(admin: Any, dataset: Dataset) -> np.ndarray:
+    data = np.random.default_rng(3).integers(1, 250, SHAPE, dtype=np.uint8)
+    r = admin.generic("POST", dataset.cutout("img8", 0, *BOX), data.tobytes(), content_type="application/octet-stream")
+    assert r.status_code == 201
+    return data
+
+
+def assert_unchanged(admin: Any, dataset: Dataset, stored: np.ndarray) -> None:
+    r = admin.get(dataset.cutout("img8", 0, *BOX), HTTP_ACCEPT="application/octet-stream")
+    np.testing.assert_array_equal(np.frombuffer(r.content, np.uint8).reshape(SHAPE), stored)
+
+
+def _post(admin: Any, url: str, body: bytes, media: str = "application/octet-stream") -> Any:
+    return admin.generic("POST", url, body, content_type=media)
+
+
+BAD_URLS = [
+    ("/v1/cutout/c1/e1/img8/0/0:1200/0:30/0:4/", 400, "outside the coordinate frame"),
+    ("/v1/cutout/c1/e1/img8/0/5:5/0:30/0:4/", 400, "x range 5:5 is empty"),
+    ("/v1/cutout/c1/e1/img8/0/0:40/30:0/0:4/", 400, "y range 30:0"),
+    ("/v1/cutout/c1/e1/img8/0/0:40/0:30/-2:4/", 400, "z range -2:4"),
+    ("/v1/cutout/c1/e1/img8/7/0:40/0:30/0:4/", 400, "resolution 7 does not exist"),
+    ("/v1/cutout/c1/e1/img8/0/0:40/0:30/0:4/0:2/", 400, "time range 0:2"),
+    ("/v1/cutout/c1/e1/img8/0/a:b/0:30/0:4/", 400, "malformed cutout URL"),
+    ("/v1/cutout/c1/e1/nope/0/0:40/0:30/0:4/", 404, "channel c1/e1/nope does not exist"),
+    ("/v1/cutout/zz/e1/img8/0/0:40/0:30/0:4/", 404, "collection 'zz' does not exist"),
+]
+
+
+@pytest.mark.parametrize("url,status,message", BAD_URLS)
+def test_bad_urls(admin: Any, dataset: Dataset, stored: np.ndarray, url: str, status: int, message: str) -> None:
+    for r in (admin.get(url), _post(admin, url, stored.tobytes())):
+        assert r.status_code == status, r.content
+        assert message in r.json()["message"]
+    assert_unchanged(admin, dataset, stored)
+
+
+def _pickled_exploit() -> bytes:
+    return blosc.compress(pickle.dumps(print), typesize=1)
+
+
+BAD_BODIES = [
+    ("application/octet-stream", b"\x00" * 10, "body holds 10 bytes"),
+    ("application/octet-stream", b"", "request body is empty"),
+    ("application/blosc", b"definitely not blosc" * 3, "blosc"),
+    ("application/blosc", blosc.compress(np.zeros(SHAPE, np.uint16).tobytes(), typesize=2), "needs 4800"),
+    ("application/blosc", blosc.compress(bytes(4800), typesize=1)[:-10], "corrupt"),
+    ("application/blosc-python", _pickled_exploit(), "not allowed"),
+    ("application/blosc-python", blosc.pack_array(np.zeros((4, 30, 20), np.uint16)), "dtype uint16"),
+    ("application/npygz", zlib.compress(b"garbage"), "not a .npy array"),
+    ("application/npygz", wire.FORMATS["application/npygz"].encode(np.zeros((4, 60, 80), np.uint8)), "inflates past"),
+    ("application/npygz", wire.FORMATS["application/npygz"].encode(np.zeros((4, 40, 30), np.uint8)), "shape"),
+    ("application/npygz", b"\x78\x9c not zlib", "not zlib"),
+]
+
+
+@pytest.mark.parametrize("media,body,message", BAD_BODIES)
+def test_bad_bodies(admin: Any, dataset: Dataset, stored: np.ndarray, media: str, body: bytes, message: str) -> None:
+    r = _post(admin, dataset.cutout("img8", 0, *BOX), body, media)
+    assert r.status_code == 400, r.content
+    assert message in r.json()["message"]
+    assert_unchanged(admin, dataset, stored)
+
+
+def test_decompression_bomb_is_refused_before_inflating(admin: Any, dataset: Dataset, stored: np.ndarray) -> None:
+    bomb = blosc.compress(bytes(512 << 20), typesize=1)  # 512 MiB of zeros in a few KiB
+    assert len(bomb) < 4 << 20
+    r = _post(admin, dataset.cutout("img8", 0, *BOX), bomb, "application/blosc")
+    assert r.status_code == 400 and "needs 4800" in r.json()["message"]
+    gz = zlib.compress(bytes(256 << 20))
+    r = _post(admin, dataset.cutout("img8", 0, *BOX), gz, "application/npygz")
+    assert r.status_code == 400 and "inflates past" in r.json()["message"]
+    assert_unchanged(admin, dataset, stored)
+
+
+def test_unknown_media_types(admin: Any, dataset: Dataset, stored: np.ndarray) -> None:
+    url = dataset.cutout("img8", 0, *BOX)
+    r = _post(admin, url, stored.tobytes(), "image/tiff")
+    assert r.status_code == 415 and "image/tiff" in r.json()["message"]
+    r = admin.get(url, HTTP_ACCEPT="image/tiff")
+    assert r.status_code == 406 and r["Content-Type"] == "application/json"
+    assert_unchanged(admin, dataset, stored)
+
+
+def test_body_size_cap_gives_413(admin: Any, dataset: Dataset, stored: np.ndarray, service_env: Any) -> None:
+    from ndstore import wiring
+
+    cap = wiring.services().config.max_body_bytes
+    url = dataset.cutout("img8", 0, (0, 1024), (0, 512), (0, 100))
+    r = _post(admin, url, bytes(cap + 1))
+    assert r.status_code == 413 and "exceeds" in r.json()["message"]
+    assert_unchanged(admin, dataset, stored)
+
+
+def test_box_size_cap_gives_413(admin: Any, dataset: Dataset) -> None:
+    r = admin.get(dataset.cutout("img8", 0, (0, 1100), (0, 700), (0, 100)).replace("/img8/", "/ann64/"))
+    assert r.status_code == 413 and "limit per request" in r.json()["message"]
+
+
+@pytest.mark.parametrize("query,message", [("filter=1,x", "comma-separated"), ("filter=-1", "negative"),
+                                           ("access-mode=fast", "access-mode must be one of")])
+def test_bad_query_parameters(admin: Any, dataset: Dataset, query: str, message: str) -> None:
+    r = admin.get(dataset.cutout("ann64", 0, *BOX) + "?" + query)
+    assert r.status_code == 400 and message in r.json()["message"]
+
+
+def test_filter_on_image_channel_is_refused(admin: Any, dataset: Dataset) -> None:
+    r = admin.get(dataset.cutout("img8", 0, *BOX) + "?filter=1")
+    assert r.status_code == 400 and "annotation channels only" in r.json()["message"]
+
+
+@override_settings()
+def test_errors_are_json_even_when_blosc_was_accepted(admin: Any, dataset: Dataset) -> None:
+    r = admin.get("/v1/cutout/c1/e1/img8/0/0:5000/0:30/0:4/", HTTP_ACCEPT="application/blosc")
+    assert r.status_code == 400 and r["Content-Type"] == "application/json"
+    assert r.json()["status"] == 400

@@ -1,0 +1,81 @@
+"""Shared fixtures: real servers on loopback, each started and stopped by its fixture.
+
+- moto's ThreadedMotoServer: S3 and DynamoDB over real HTTP, one per test session.
+- redis-server: its own free port and data directory, one per test session.
+The Django service is wired to both (NDSTORE_OBJECT_STORE=s3, NDSTORE_INDEX=dynamodb,
+NDSTORE_LOCKS=redis), so API tests exercise the real adapters end to end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default", deadline=None, max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's server logs every request
+
+# Credentials for moto only; set before any boto3 client exists. Never reaches AWS.
+os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+os.environ.pop("AWS_PROFILE", None)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    from ndstore.client.localstack import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from ndstore.client.localstack import free_port, start_redis
+
+    port = free_port()
+    proc = start_redis(tmp_path_factory.mktemp("redis"), port)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def service_env(moto_endpoint: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Point the service's wiring at moto (S3 + DynamoDB) and the test Redis."""
+    from ndstore import wiring
+
+    env = {
+        "NDSTORE_OBJECT_STORE": "s3",
+        "NDSTORE_S3_ENDPOINT_URL": moto_endpoint,
+        "NDSTORE_S3_BUCKET": "ndstore-test-cuboids",
+        "NDSTORE_INDEX": "dynamodb",
+        "NDSTORE_DYNAMODB_ENDPOINT_URL": moto_endpoint,
+        "NDSTORE_DYNAMODB_TABLE": "ndstore-test-index",
+        "NDSTORE_LOCKS": "redis",
+        "NDSTORE_REDIS_URL": redis_url,
+        "NDSTORE_DATA_DIR": str(tmp_path_factory.mktemp("data")),
+        "NDSTORE_MAX_BODY_BYTES": str(64 << 20),
+        "NDSTORE_MAX_CUTOUT_BYTES": str(256 << 20),
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    wiring.services.cache_clear()
+    yield env
+    wiring.services.cache_clear()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -1,0 +1,76 @@
+"""`ndstore up` end to end: real redis-server, gunicorn and the on-disk stores. Stopping and
+starting it again keeps every dataset and every voxel."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from ndstore.client.localstack import free_port, wait_until
+
+TOKEN = "restart-test-admin-token"
+
+
+class Up:
+    def __init__(self, data_dir: Path):
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "NDSTORE_ADMIN_TOKEN": TOKEN, "DJANGO_SETTINGS_MODULE": "ndstore.api.settings.base"}
+        for k in [k for k in env if k.startswith("NDSTORE_") and k != "NDSTORE_ADMIN_TOKEN"]:
+            env.pop(k)  # the stack's own defaults, not the test session's wiring
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ndstore.client.cli", "up", "--data-dir", str(self.data_dir),
+             "--port", str(self.port), "--workers", "1"], env=env, start_new_session=True)
+        wait_until(lambda: requests.get(f"{self.url}/v1/collection/", timeout=2).status_code == 200,
+                   "ndstore up", timeout=90)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            assert self.proc.wait(timeout=60) == 0
+
+    def session(self) -> requests.Session:
+        s = requests.Session()
+        s.headers["Authorization"] = f"Token {TOKEN}"
+        return s
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[Up]:
+    stack = Up(tmp_path / "data")
+    yield stack
+    if stack.proc and stack.proc.poll() is None:
+        os.killpg(stack.proc.pid, signal.SIGKILL)
+
+
+def test_data_survives_a_restart(up: Up) -> None:
+    up.start()
+    s = up.session()
+    assert s.post(f"{up.url}/v1/coord/f/", json={"x_stop": 700, "y_stop": 600, "z_stop": 80}).status_code == 201
+    assert s.post(f"{up.url}/v1/collection/keep/", json={}).status_code == 201
+    assert s.post(f"{up.url}/v1/collection/keep/experiment/e/", json={"coord_frame": "f"}).status_code == 201
+    assert s.post(f"{up.url}/v1/collection/keep/experiment/e/channel/c/", json={"datatype": "uint16"}).status_code == 201
+    data = np.random.default_rng(0).integers(0, 60000, (70, 500, 600), dtype=np.uint16)
+    url = f"{up.url}/v1/cutout/keep/e/c/0/50:650/40:540/5:75/"
+    r = s.post(url, data=data.tobytes(), headers={"Content-Type": "application/octet-stream"})
+    assert r.status_code == 201, r.text
+    up.stop()
+
+    up.start()
+    r = up.session().get(url, headers={"Accept": "application/octet-stream"})
+    assert r.status_code == 200
+    np.testing.assert_array_equal(np.frombuffer(r.content, np.uint16).reshape(data.shape), data)
+    assert up.session().get(f"{up.url}/v1/collection/keep/experiment/e/channel/c/").json()["datatype"] == "uint16"
+    up.stop()

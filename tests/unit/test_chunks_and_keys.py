@@ -1,0 +1,60 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ndstore.core import chunks
+from ndstore.core.errors import InvalidBody
+from ndstore.core.geometry import Box
+from ndstore.core.keys import SupercuboidKey, VolumeKey
+
+CUBOID = (8, 8, 4)
+COUNTS = (4, 4, 4)
+SHAPE_ZYX = (16, 32, 32)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["uint8", "uint16", "uint32", "uint64", "float32"]), st.integers(0, 2**31), st.data())
+def test_supercuboid_round_trip_of_any_region(dtype: str, seed: int, data: st.DataObject) -> None:
+    rng = np.random.default_rng(seed)
+    array = (rng.random(SHAPE_ZYX) * 1000).astype(dtype)
+    array[rng.random(SHAPE_ZYX) < 0.5] = 0
+    array[:, :8, :8] = 0  # some all-zero cuboids
+    obj = chunks.encode_supercuboid(array, CUBOID, COUNTS)
+    assert obj is not None
+    lo = [data.draw(st.integers(0, s - 1)) for s in (32, 32, 16)]
+    hi = [data.draw(st.integers(a + 1, s)) for a, s in zip(lo, (32, 32, 16))]
+    region = Box(tuple(lo), tuple(hi))  # type: ignore[arg-type]
+    out = np.full(region.shape_zyx, 7, dtype)
+    chunks.decode_supercuboid_region(obj, region, out)
+    np.testing.assert_array_equal(out, array[region.slices_zyx()])
+
+
+def test_all_zero_supercuboid_is_not_stored() -> None:
+    assert chunks.encode_supercuboid(np.zeros(SHAPE_ZYX, np.uint16), CUBOID, COUNTS) is None
+
+
+def test_corrupt_objects_are_refused() -> None:
+    obj = chunks.encode_supercuboid(np.ones(SHAPE_ZYX, np.uint8), CUBOID, COUNTS)
+    assert obj is not None
+    with pytest.raises(InvalidBody, match="bad magic"):
+        chunks.split_supercuboid(b"XXXX" + obj[4:])
+    with pytest.raises(InvalidBody, match="truncated"):
+        chunks.split_supercuboid(obj[:-3])
+
+
+@given(*(st.integers(0, 2**31) for _ in range(5)), st.integers(0, 2**63 - 1))
+def test_object_key_round_trip(c: int, e: int, ch: int, r: int, t: int, m: int) -> None:
+    key = SupercuboidKey(VolumeKey(c, e, ch, r, t), m)
+    parsed = SupercuboidKey.parse(key.object_key)
+    assert parsed == key
+    assert VolumeKey.parse_partition(key.volume.partition) == key.volume
+    assert len(key.object_key.split("&")[0]) == 8
+
+
+def test_tampered_key_is_refused() -> None:
+    key = SupercuboidKey(VolumeKey(1, 2, 3, 0, 0), 99).object_key
+    with pytest.raises(ValueError, match="hash prefix"):
+        SupercuboidKey.parse(key.replace("&99", "&98"))
+    with pytest.raises(ValueError, match="not a supercuboid"):
+        SupercuboidKey.parse("nonsense")
