@@ -14,6 +14,7 @@ run: system-deps venv
 test: system-deps venv
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q
 
 bench: system-deps venv
@@ -22,6 +23,7 @@ bench: system-deps venv
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 # redis-server and a JRE (for pyspark) come from apt when the machine lacks them.
 system-deps:

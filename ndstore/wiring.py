@@ -6,8 +6,9 @@ Backends are registered by name; nothing else in the code base chooses between t
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import redis
 
@@ -34,7 +35,10 @@ LOCKS: dict[str, Callable[[Config], ExclusiveLocks]] = {
 }
 
 
-def _pick(registry: dict[str, Callable[[Config], object]], kind: str, name: str) -> Callable[[Config], object]:
+T = TypeVar("T")
+
+
+def _pick(registry: Mapping[str, Callable[[Config], T]], kind: str, name: str) -> Callable[[Config], T]:
     try:
         return registry[name]
     except KeyError:
@@ -56,9 +60,9 @@ class Services:
 
 
 def build(config: Config) -> Services:
-    objects: ObjectStore = _pick(OBJECT_STORES, "object store", config.object_store)(config)  # type: ignore[assignment]
-    index: SupercuboidIndex = _pick(INDEXES, "index", config.index)(config)  # type: ignore[assignment]
-    locks: ExclusiveLocks = _pick(LOCKS, "lock", config.locks)(config)  # type: ignore[assignment]
+    objects = _pick(OBJECT_STORES, "object store", config.object_store)(config)
+    index = _pick(INDEXES, "index", config.index)(config)
+    locks = _pick(LOCKS, "lock", config.locks)(config)
     objects.ensure_ready()
     index.ensure_ready()
     return Services(config, objects, index, BaseTier(objects, index, locks, config.io_parallelism))

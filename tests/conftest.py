@@ -52,7 +52,9 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def service_env(moto_endpoint: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def service_env(
+    moto_endpoint: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
     """Point the service's wiring at moto (S3 + DynamoDB) and the test Redis."""
     from ndstore import wiring
 

@@ -44,7 +44,8 @@ def access_level(user: Any, collection: Collection, experiment: Experiment | Non
         return level
     scope = Q(experiment__isnull=True) | (Q(experiment=experiment) if experiment else Q(pk__in=[]))
     chan = Q(channel__isnull=True) | (Q(channel=channel) if channel else Q(pk__in=[]))
-    for name in Grant.objects.filter(Q(user=user, collection=collection) & scope & chan).values_list("level", flat=True):
+    grants = Grant.objects.filter(Q(user=user, collection=collection) & scope & chan)
+    for name in grants.values_list("level", flat=True):
         level = max(level, Grant.LEVELS[name])
     return level
 

@@ -54,9 +54,13 @@ class Experiment(Resource):
     collection = models.ForeignKey(Collection, on_delete=models.PROTECT, related_name="experiments")
     name = _name_field()
     coord_frame = models.ForeignKey(CoordinateFrame, on_delete=models.PROTECT, related_name="experiments")
-    num_hierarchy_levels = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(20)])
+    num_hierarchy_levels = models.PositiveIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(20)]
+    )
     hierarchy_method = models.CharField(max_length=16, default="anisotropic", choices=[(m, m) for m in METHODS])
-    num_time_samples = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(1 << 20)])
+    num_time_samples = models.PositiveIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(1 << 20)]
+    )
     time_step = models.FloatField(null=True, blank=True)
     time_step_unit = models.CharField(max_length=16, blank=True, default="")
 

@@ -88,7 +88,9 @@ class ChannelSerializer(_Base):
             )
         experiment = self.context["experiment"]
         if attrs.get("base_resolution", 0) >= experiment.num_hierarchy_levels:
-            raise serializers.ValidationError({"base_resolution": "must be below the experiment's num_hierarchy_levels"})
+            raise serializers.ValidationError(
+                {"base_resolution": "must be below the experiment's num_hierarchy_levels"}
+            )
         missing = [s for s in attrs.get("sources", []) if not experiment.channels.filter(name=s).exists()]
         if missing:
             raise serializers.ValidationError({"sources": f"no such channel in this experiment: {', '.join(missing)}"})

@@ -58,45 +58,6 @@ def up(data_dir: Path, host: str, port: int, workers: int, threads: int, demo: b
     sys.exit(stack.wait())
 
 
-@main.command(hidden=True)
-def prepare() -> None:
-    """Migrate the metadata database, ensure the admin and its token, load the demo if asked."""
-    _django()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
-    from ndstore.wiring import services
-
-    services()  # creates the bucket/directory and the index table
-    data_dir = services().config.data_dir
-    admin = _ensure_admin(data_dir)
-    if os.environ.get("NDSTORE_DEMO") == "1":
-        from ndstore.client.demo import create_demo
-
-        if create_demo(admin):
-            click.echo("demo dataset created: demo/em/image and demo/em/labels")
-
-
-def _ensure_admin(data_dir: Path) -> object:
-    from django.contrib.auth import get_user_model
-
-    from ndstore.api.models import ApiToken, hash_token
-
-    admin, _ = get_user_model().objects.get_or_create(
-        username="admin", defaults={"is_staff": True, "is_superuser": True}
-    )
-    key = os.environ.get("NDSTORE_ADMIN_TOKEN")
-    token_file = _admin_token_file(data_dir)
-    if key is None and token_file.exists():
-        key = token_file.read_text().strip()
-    if key is None or not ApiToken.objects.filter(key_hash=hash_token(key)).exists():
-        _, key = ApiToken.mint(admin, label="admin", key=key)
-    if not os.environ.get("NDSTORE_ADMIN_TOKEN"):
-        token_file.touch(mode=0o600)
-        token_file.write_text(key + "\n")
-    return admin
-
-
 @main.command()
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
               help="The data dir of a local stack (default: NDSTORE_DATA_DIR or ./.ndstore).")
@@ -106,16 +67,9 @@ def _ensure_admin(data_dir: Path) -> object:
 def token(data_dir: Path | None, username: str, staff: bool, label: str) -> None:
     """Mint an API token for a user and print it (it is stored only hashed)."""
     _django(data_dir)
-    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
 
-    from ndstore.api.models import ApiToken
-
-    user, _ = get_user_model().objects.get_or_create(username=username)
-    if staff and not user.is_staff:
-        user.is_staff = True
-        user.save(update_fields=["is_staff"])
-    _, key = ApiToken.mint(user, label=label)
-    click.echo(key)
+    call_command("mint_token", username, staff=staff, label=label)
 
 
 if __name__ == "__main__":

@@ -93,7 +93,7 @@ class LocalStack:
         self.redis_port = self.redis_port or free_port()
         self.procs.append(start_redis(self.data_dir / "redis", self.redis_port))
         env = self.environment()
-        subprocess.run([sys.executable, "-m", "ndstore.client.cli", "prepare"], env=env, check=True)
+        subprocess.run([sys.executable, "-m", "django", "ndstore_prepare"], env=env, check=True, cwd=ROOT)
         self.procs.append(self._gunicorn(env))
         wait_until(self._web_ready, f"web service at {self.url}", timeout=60)
 

@@ -144,9 +144,9 @@ class SupercuboidPart:
 
     def local_region(self, grid: Grid) -> Box:
         """The region in coordinates relative to the supercuboid's first voxel."""
-        origin = grid.supercuboid_box(self.index).lo
-        shift = lambda v: tuple(a - o for a, o in zip(v, origin))  # noqa: E731
-        return Box(shift(self.region.lo), shift(self.region.hi))  # type: ignore[arg-type]
+        ox, oy, oz = grid.supercuboid_box(self.index).lo
+        (lx, ly, lz), (hx, hy, hz) = self.region.lo, self.region.hi
+        return Box((lx - ox, ly - oy, lz - oz), (hx - ox, hy - oy, hz - oz))
 
     def in_box(self, box: Box) -> tuple[slice, slice, slice]:
         return self.region.slices_zyx(box.lo)

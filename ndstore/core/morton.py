@@ -47,12 +47,13 @@ def _as_coords(a: npt.ArrayLike, name: str) -> npt.NDArray[np.uint64]:
 def encode(x: npt.ArrayLike, y: npt.ArrayLike, z: npt.ArrayLike) -> npt.NDArray[np.uint64]:
     """Morton codes of integer grid coordinates (scalars or arrays of one shape)."""
     xs, ys, zs = (_as_coords(a, n) for a, n in ((x, "x"), (y, "y"), (z, "z")))
-    return _spread(xs) | (_spread(ys) << _U(1)) | (_spread(zs) << _U(2))
+    codes: npt.NDArray[np.uint64] = _spread(xs) | (_spread(ys) << _U(1)) | (_spread(zs) << _U(2))
+    return codes
 
 
 def decode(code: npt.ArrayLike) -> tuple[npt.NDArray[np.uint64], ...]:
     """Inverse of :func:`encode`: returns (x, y, z) arrays."""
-    c = np.asarray(code, dtype=np.uint64)
+    c: npt.NDArray[np.uint64] = np.asarray(code, dtype=np.uint64)
     return _compact(c), _compact(c >> _U(1)), _compact(c >> _U(2))
 
 

@@ -35,7 +35,7 @@ def sparse_labels(shape_zyx: tuple[int, int, int], seed: int = 0, n: int = 12,
     rng = np.random.default_rng(seed)
     labels = np.zeros(shape_zyx, dtype)
     for i in range(n):
-        size = [max(1, s // rng.integers(4, 9)) for s in shape_zyx]
+        size = [max(1, s // int(rng.integers(4, 9))) for s in shape_zyx]
         lo = [int(rng.integers(0, s - d + 1)) for s, d in zip(shape_zyx, size)]
         labels[tuple(slice(a, a + d) for a, d in zip(lo, size))] = (1 << 40) + i + 1
     return labels

@@ -64,7 +64,9 @@ class BaseTier:
     def write(self, cutout: Cutout, data: Array) -> None:
         """Store ``data`` (shape (t, z, y, x)) over the cutout's box."""
         if data.shape != cutout.shape or data.dtype != cutout.channel.dtype:
-            raise InvalidBody(f"data {data.shape} {data.dtype} does not fit the box {cutout.shape} {cutout.channel.dtype}")
+            raise InvalidBody(
+                f"data {data.shape} {data.dtype} does not fit the box {cutout.shape} {cutout.channel.dtype}"
+            )
         grid, jobs = self._jobs(cutout)
         with self.locks.hold([key.object_key for key, _, _ in jobs]):
             run_all(self._pool, lambda job: self._write_one(job, grid, data[job[1]][job[2].in_box(cutout.box)]), jobs)

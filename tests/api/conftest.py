@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,8 +15,17 @@ from ndstore.api.models import ApiToken, Grant
 
 
 @pytest.fixture(autouse=True)
-def _wired(service_env: dict[str, str]) -> None:
-    """Every API test runs against the real adapters."""
+def _wired(service_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every API test runs against the real adapters, with a bucket and an index table of its
+    own: the test database is rolled back between tests and reuses ids, the stores are not."""
+    from ndstore import wiring
+
+    suffix = uuid.uuid4().hex[:10]
+    monkeypatch.setenv("NDSTORE_S3_BUCKET", f"ndstore-test-{suffix}")
+    monkeypatch.setenv("NDSTORE_DYNAMODB_TABLE", f"ndstore-test-{suffix}")
+    wiring.services.cache_clear()
+    yield
+    wiring.services.cache_clear()
 
 
 def client_for(user: User | None) -> APIClient:

@@ -8,11 +8,12 @@ from typing import Any
 
 import blosc
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ndstore.core import wire
-from ndstore.core.geometry import Box, level_extent
+from ndstore.core.geometry import Box, grid_for_level, level_extent
 from tests.api.conftest import Dataset, make_dataset
 
 FRAME = (1100, 700, 100)
@@ -35,7 +36,7 @@ def boxes(draw: st.DrawFn, extent: Box) -> Box:
 def test_random_writes_and_reads_match_numpy(admin: Any, dataset: Dataset) -> None:
     references: dict[tuple[str, int], np.ndarray] = {}
 
-    @settings(max_examples=25)
+    @settings(max_examples=40)
     @given(channel=st.sampled_from(sorted(dataset.channels)), res=st.integers(0, 2),
            media_in=st.sampled_from(MEDIA), media_out=st.sampled_from(MEDIA), direct=st.booleans(),
            data=st.data())
@@ -105,3 +106,22 @@ def test_every_access_mode_reads_the_same(admin: Any, dataset: Dataset) -> None:
     admin.generic("POST", url, np.full((2, 20, 20), 3, np.uint8).tobytes(), content_type="application/octet-stream")
     for mode in ("cache", "no_cache", "raw"):
         assert decode(admin.get(f"{url}?access-mode={mode}"), (2, 20, 20), "uint8").min() == 3
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64", "float32"])
+@pytest.mark.parametrize("direct", [False, True])
+def test_box_across_eight_supercuboids(admin: Any, dataset: Dataset, dtype: str, direct: bool) -> None:
+    channel = {"uint8": "img8", "uint16": "img16", "uint32": "img32", "uint64": "ann64", "float32": "f32"}[dtype]
+    sc = grid_for_level("anisotropic", 0, np.dtype(dtype).itemsize).supercuboid
+    lo = [s - d for s, d in zip(sc, (37, 21, 3))]
+    hi = [s + d for s, d in zip(sc, (45, 19, 2))]
+    shape = (hi[2] - lo[2], hi[1] - lo[1], hi[0] - lo[0])
+    data = (np.random.default_rng(5).random(shape) * 1e6).astype(dtype)
+    url = dataset.cutout(channel, 0, *zip(lo, hi), direct=direct)
+    r = admin.generic("POST", url, wire.FORMATS["application/blosc"].encode(data), content_type="application/blosc")
+    assert r.status_code == 201
+    np.testing.assert_array_equal(decode(admin.get(url), shape, dtype), data)
+    wider = dataset.cutout(channel, 0, *zip([a - 5 for a in lo], [b + 5 for b in hi]), direct=not direct)
+    got = decode(admin.get(wider), tuple(s + 10 for s in shape), dtype)
+    np.testing.assert_array_equal(got[5:-5, 5:-5, 5:-5], data)
+    assert not got[:5].any() and not got[:, :, -5:].any()

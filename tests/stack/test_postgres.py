@@ -29,7 +29,8 @@ def test_api_suites_pass_on_postgresql() -> None:
     env = {**os.environ, "DATABASE_URL": PG_URL}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--create-db",
-         "tests/api/test_resources.py", "tests/api/test_auth.py", "tests/api/test_cutouts.py::test_time_series_cutouts"],
+         "tests/api/test_resources.py", "tests/api/test_auth.py",
+         "tests/api/test_cutouts.py::test_time_series_cutouts"],
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

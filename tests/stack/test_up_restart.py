@@ -61,7 +61,8 @@ def test_data_survives_a_restart(up: Up) -> None:
     assert s.post(f"{up.url}/v1/coord/f/", json={"x_stop": 700, "y_stop": 600, "z_stop": 80}).status_code == 201
     assert s.post(f"{up.url}/v1/collection/keep/", json={}).status_code == 201
     assert s.post(f"{up.url}/v1/collection/keep/experiment/e/", json={"coord_frame": "f"}).status_code == 201
-    assert s.post(f"{up.url}/v1/collection/keep/experiment/e/channel/c/", json={"datatype": "uint16"}).status_code == 201
+    channel = f"{up.url}/v1/collection/keep/experiment/e/channel/c/"
+    assert s.post(channel, json={"datatype": "uint16"}).status_code == 201
     data = np.random.default_rng(0).integers(0, 60000, (70, 500, 600), dtype=np.uint16)
     url = f"{up.url}/v1/cutout/keep/e/c/0/50:650/40:540/5:75/"
     r = s.post(url, data=data.tobytes(), headers={"Content-Type": "application/octet-stream"})

@@ -7,19 +7,18 @@ from typing import Any
 
 import numpy as np
 
+from ndstore.api import lookups
+from ndstore.api.models import Channel, Collection, CoordinateFrame, Experiment, Grant
 from ndstore.core import synthetic
 from ndstore.core.geometry import Box
+from ndstore.engine.volume import make_cutout
+from ndstore.wiring import services
 
 DEMO_SHAPE_XYZ = (1024, 1024, 64)
 
 
 def create_demo(admin: Any) -> bool:
     """Create the demo dataset unless it exists. Returns True when it was created."""
-    from ndstore.api import lookups
-    from ndstore.api.models import Channel, Collection, CoordinateFrame, Experiment, Grant
-    from ndstore.engine.volume import make_cutout
-    from ndstore.wiring import services
-
     if Collection.objects.filter(name="demo").exists():
         return False
     x, y, z = DEMO_SHAPE_XYZ
