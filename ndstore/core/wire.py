@@ -41,11 +41,25 @@ def _blosc_nbytes(body: bytes) -> int:
     return int(nbytes)
 
 
-def _blosc_decompress(body: bytes) -> bytes:
+# python-blosc (c-blosc 1.x) decodes 16 MiB bodies about 10x faster here than blosc2 with its
+# default threads; blosc2 is kept for chunks that only it can read (format version 3 and up).
+_BLOSC1_MAX_VERSION = 2
+
+
+def _blosc_decompress_into(body: bytes, out: Array) -> None:
     try:
-        return blosc2.decompress(body)  # type: ignore[no-any-return]
+        if body[0] <= _BLOSC1_MAX_VERSION:
+            blosc.decompress_ptr(body, out.ctypes.data)
+        else:
+            blosc2.decompress2(body, dst=out)
     except Exception as exc:
         raise InvalidBody(f"blosc body is corrupt: {exc}") from None
+
+
+def _blosc_decompress(body: bytes, nbytes: int) -> Array:
+    out = np.empty(nbytes, np.uint8)
+    _blosc_decompress_into(body, out)
+    return out
 
 
 def _check_array(array: Array, shape: tuple[int, ...], dtype: np.dtype) -> Array:
@@ -81,7 +95,9 @@ class BloscFormat:
             raise InvalidBody(
                 f"blosc body holds {claimed} bytes, the box {shape} of {dtype} needs {expected}"
             )
-        return _raw_to_array(_blosc_decompress(body), shape, dtype)
+        out = np.empty(shape, dtype)
+        _blosc_decompress_into(body, out)
+        return out
 
 
 class _NumpyOnlyUnpickler(pickle.Unpickler):
@@ -115,7 +131,7 @@ class BloscPythonFormat:
         if _blosc_nbytes(body) > _expected_nbytes(shape, dtype) + self._PICKLE_OVERHEAD:
             raise InvalidBody(f"blosc-python body claims more bytes than a {shape} {dtype} array")
         try:
-            array = _NumpyOnlyUnpickler(io.BytesIO(_blosc_decompress(body))).load()
+            array = _NumpyOnlyUnpickler(io.BytesIO(_blosc_decompress(body, _blosc_nbytes(body)).tobytes())).load()
         except InvalidBody:
             raise
         except Exception as exc:

@@ -11,6 +11,7 @@ on delete the object goes first. A crash in between leaves a harmless extra inde
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -35,6 +36,9 @@ class BaseTier:
         self.index = index
         self.locks = locks
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="base-tier")
+        # Per-cuboid codec work of one supercuboid; a pool of its own, so a task of _pool that
+        # waits on it can never starve it.
+        self._codec = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="codec")
 
     def _jobs(self, cutout: Cutout) -> tuple[Grid, list[_Job]]:
         grid = cutout.channel.grid(cutout.resolution)
@@ -49,14 +53,17 @@ class BaseTier:
     def read(self, cutout: Cutout) -> Array:
         """The cutout as a (t, z, y, x) array; regions with nothing stored are zeros."""
         grid, jobs = self._jobs(cutout)
-        out = np.zeros(cutout.shape, cutout.channel.dtype)
+        out = np.empty(cutout.shape, cutout.channel.dtype)  # every voxel is written below, once
         by_key = {key.object_key: (ti, part) for key, ti, part in jobs}
         decodes: list[Future[None]] = []
         for object_key, blob in self.objects.get_many(list(by_key)):
-            if blob is not None:
-                ti, part = by_key[object_key]
-                target = out[ti][part.in_box(cutout.box)]
-                decodes.append(self._pool.submit(decode_supercuboid_region, blob, part.local_region(grid), target))
+            ti, part = by_key[object_key]
+            target = out[ti][part.in_box(cutout.box)]
+            if blob is None:
+                target[...] = 0
+            else:
+                decodes.append(self._pool.submit(decode_supercuboid_region, blob, part.local_region(grid), target,
+                                                 self._codec.map))
         for fut in decodes:
             fut.result()
         return out
@@ -78,7 +85,7 @@ class BaseTier:
         else:
             merged = self._read_whole(key, grid, src.dtype)
             merged[part.in_supercuboid(grid)] = src
-        blob = encode_supercuboid(merged, grid.cuboid, grid.cuboids_per_super)
+        blob = encode_supercuboid(merged, grid.cuboid, grid.cuboids_per_super, self._codec.map)
         if blob is None:
             self.objects.delete_many([key.object_key])
             self.index.delete_many([key])
@@ -92,7 +99,7 @@ class BaseTier:
         out = np.zeros(whole.shape_zyx, dtype)
         for _, blob in self.objects.get_many([key.object_key]):
             if blob is not None:
-                decode_supercuboid_region(blob, whole, out)
+                decode_supercuboid_region(blob, whole, out, self._codec.map)
         return out
 
     def purge(self, channel: ChannelVolume) -> int:
