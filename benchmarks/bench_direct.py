@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import blosc
-import blosc2
 import numpy as np
 import requests
 
