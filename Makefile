@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: run test bench lint system-deps venv clean
+.PHONY: run test bench bench-quick lint system-deps venv clean
 
 run: system-deps venv
 	$(VENV)/bin/ndstore up --demo
@@ -18,7 +18,10 @@ test: system-deps venv
 	$(VENV)/bin/pytest -q
 
 bench: system-deps venv
-	$(PY) -m benchmarks.run
+	$(PY) -m benchmarks.bench_direct
+
+bench-quick: system-deps venv
+	$(PY) -m benchmarks.bench_direct --quick
 
 lint: venv
 	$(VENV)/bin/ruff check .
