@@ -51,8 +51,6 @@ class CutoutView(APIView):
         t = kw.get("t")
         self.has_time = t is not None
         times = range(*t) if t is not None else range(chan.default_time_sample, chan.default_time_sample + 1)
-        if t is not None and t[1] <= t[0]:
-            raise InvalidRequest(f"time range {t[0]}:{t[1]} is empty or inverted")
         self.cutout = make_cutout(
             lookups.channel_volume(chan), kw["resolution"], box, times, services().config.max_cutout_bytes
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from rest_framework import serializers as drf_serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -38,10 +38,14 @@ class ResourceView(APIView):
     def check(self, request: Any, level: int, parents: dict[str, Any], obj: Any) -> None:
         raise NotImplementedError
 
-    def get(self, request: Any, **names: str) -> Response:
+    def existing(self, **names: str) -> tuple[dict[str, Any], Any]:
         parents, obj = self.find(**names)
         if obj is None:
             raise NotFound(f"{self.kind} {'/'.join(names.values())} does not exist")
+        return parents, obj
+
+    def get(self, request: Any, **names: str) -> Response:
+        parents, obj = self.existing(**names)
         self.check(request, auth.READ, parents, obj)
         return Response(self.serializer_class(obj, context=parents).data)
 
@@ -53,15 +57,16 @@ class ResourceView(APIView):
         data = {**_require_object(request.data), "name": names["name"]}
         serializer = self.serializer_class(data=data, context=parents)
         serializer.is_valid(raise_exception=True)
-        with transaction.atomic():
-            created = serializer.save(creator=request.user, **parents)
-            self.after_create(request, created)
+        try:
+            with transaction.atomic():
+                created = serializer.save(creator=request.user, **parents)
+                self.after_create(request, created)
+        except IntegrityError:  # a concurrent request created it first
+            raise Conflict(f"{self.kind} {'/'.join(names.values())} already exists") from None
         return Response(self.serializer_class(created, context=parents).data, status=201)
 
     def put(self, request: Any, **names: str) -> Response:
-        parents, obj = self.find(**names)
-        if obj is None:
-            raise NotFound(f"{self.kind} {'/'.join(names.values())} does not exist")
+        parents, obj = self.existing(**names)
         self.check(request, auth.ADMIN, parents, obj)
         _require_object(request.data)
         serializer = self.serializer_class(obj, data=request.data, partial=True, context=parents)
@@ -71,9 +76,7 @@ class ResourceView(APIView):
         return Response(self.serializer_class(serializer.save(), context=parents).data)
 
     def delete(self, request: Any, **names: str) -> Response:
-        parents, obj = self.find(**names)
-        if obj is None:
-            raise NotFound(f"{self.kind} {'/'.join(names.values())} does not exist")
+        parents, obj = self.existing(**names)
         self.check(request, auth.ADMIN, parents, obj)
         self.before_delete(obj)
         obj.delete()
