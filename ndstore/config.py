@@ -28,6 +28,13 @@ class Config:
     aws_region: str = field(default_factory=lambda: _env("AWS_DEFAULT_REGION", "us-east-1"))
     locks: str = field(default_factory=lambda: _env("NDSTORE_LOCKS", "redis"))
     redis_url: str = field(default_factory=lambda: _env("NDSTORE_REDIS_URL", "redis://127.0.0.1:6390/0"))
+    cache_redis_url: str = field(default_factory=lambda: os.environ.get(
+        "NDSTORE_CACHE_REDIS_URL", os.environ.get("NDSTORE_REDIS_URL", "redis://127.0.0.1:6390/0")))
+    flush_age_s: float = field(default_factory=lambda: float(_env("NDSTORE_FLUSH_AGE_S", "5")))
+    flush_interval_s: float = field(default_factory=lambda: float(_env("NDSTORE_FLUSH_INTERVAL_S", "1")))
+    flush_in_flight: int = field(default_factory=lambda: int(_env("NDSTORE_FLUSH_IN_FLIGHT", "4")))
+    cache_high_bytes: int = field(default_factory=lambda: int(_env("NDSTORE_CACHE_HIGH_BYTES", str(4 * GiB))))
+    cache_low_bytes: int = field(default_factory=lambda: int(_env("NDSTORE_CACHE_LOW_BYTES", str(3 * GiB))))
     io_parallelism: int = field(default_factory=lambda: int(_env("NDSTORE_IO_PARALLELISM", "16")))
     max_body_bytes: int = field(default_factory=lambda: int(_env("NDSTORE_MAX_BODY_BYTES", str(GiB))))
     max_cutout_bytes: int = field(default_factory=lambda: int(_env("NDSTORE_MAX_CUTOUT_BYTES", str(GiB))))

@@ -8,16 +8,21 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
-
-import redis
+from typing import Any, Protocol, TypeVar
 
 from ndstore.config import Config
 from ndstore.engine.base_tier import BaseTier
+from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.direct import CoherentDirect
+from ndstore.engine.volume import Cutout
+from ndstore.engine.writeback import CacheManager, Flusher
+from ndstore.storage import redis_client
 from ndstore.storage.dynamodb import DynamoSupercuboidIndex
 from ndstore.storage.filestore import FileObjectStore
-from ndstore.storage.interfaces import ExclusiveLocks, ObjectStore, SupercuboidIndex
-from ndstore.storage.locks import LocalLocks, RedisLocks
+from ndstore.storage.interfaces import ObjectStore, RWLocks, SupercuboidIndex
+from ndstore.storage.locks import LocalLocks
+from ndstore.storage.redis_cache import RedisCuboidCache
+from ndstore.storage.rwlock import RedisRWLocks
 from ndstore.storage.s3 import S3ObjectStore
 from ndstore.storage.sqlite_index import SqliteSupercuboidIndex
 
@@ -29,9 +34,9 @@ INDEXES: dict[str, Callable[[Config], SupercuboidIndex]] = {
     "sqlite": lambda c: SqliteSupercuboidIndex(c.index_path),
     "dynamodb": lambda c: DynamoSupercuboidIndex(c.dynamodb_table, c.dynamodb_endpoint_url, c.aws_region),
 }
-LOCKS: dict[str, Callable[[Config], ExclusiveLocks]] = {
+LOCKS: dict[str, Callable[[Config], RWLocks]] = {
     "local": lambda c: LocalLocks(),
-    "redis": lambda c: RedisLocks(redis.Redis.from_url(c.redis_url)),
+    "redis": lambda c: RedisRWLocks(redis_client.connect(c.redis_url)),
 }
 
 
@@ -45,18 +50,37 @@ def _pick(registry: Mapping[str, Callable[[Config], T]], kind: str, name: str) -
         raise ValueError(f"unknown {kind} backend {name!r}; known: {', '.join(sorted(registry))}") from None
 
 
+class Tier(Protocol):
+    def read(self, cutout: Cutout) -> Any: ...
+
+    def write(self, cutout: Cutout, data: Any) -> None: ...
+
+
 @dataclass(frozen=True)
 class Services:
     config: Config
     objects: ObjectStore
     index: SupercuboidIndex
     base_tier: BaseTier
+    cache_tier: CacheTier
+    direct: CoherentDirect
 
-    def tier(self, path: str, access_mode: str) -> BaseTier:
-        """The engine behind a cutout path ("cache" or "direct") and access mode. Until the
-        cache tier exists, every path reads and writes the base tier directly."""
-        del path, access_mode
-        return self.base_tier
+    def tier(self, path: str, access_mode: str) -> Tier:
+        """The engine behind a cutout path ("cache" or "direct") and access mode: `cache`
+        reads through the cache; `no_cache` reads the base tier after writing back dirty data;
+        `raw` reads the base tier as it is, skipping the cache and its dirty data."""
+        if access_mode == "raw":
+            return self.base_tier
+        if path == "direct" or access_mode == "no_cache":
+            return self.direct
+        return self.cache_tier
+
+    def flusher(self) -> Flusher:
+        c = self.config
+        return Flusher(self.cache_tier, c.flush_age_s, c.flush_interval_s, c.flush_in_flight)
+
+    def cache_manager(self) -> CacheManager:
+        return CacheManager(self.cache_tier, self.config.cache_high_bytes, self.config.cache_low_bytes)
 
 
 def build(config: Config) -> Services:
@@ -65,9 +89,10 @@ def build(config: Config) -> Services:
     locks = _pick(LOCKS, "lock", config.locks)(config)
     objects.ensure_ready()
     index.ensure_ready()
-    return Services(config, objects, index, BaseTier(objects, index, locks, config.io_parallelism))
-
-
+    base = BaseTier(objects, index, locks, config.io_parallelism)
+    cache = CacheTier(RedisCuboidCache(redis_client.connect(config.cache_redis_url)), base, locks,
+                      config.io_parallelism)
+    return Services(config, objects, index, base, cache, CoherentDirect(cache))
 @functools.lru_cache(maxsize=1)
 def services() -> Services:
     """The process-wide services, built on first use from the environment."""

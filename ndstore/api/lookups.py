@@ -51,4 +51,5 @@ def channel_volume(chan: Channel) -> ChannelVolume:
         num_levels=exp.num_hierarchy_levels,
         method=exp.hierarchy_method,  # type: ignore[arg-type]
         num_time_samples=exp.num_time_samples,
+        write_through=chan.cache_write_through,
     )

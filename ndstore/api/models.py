@@ -79,6 +79,8 @@ class Channel(Resource):
     default_time_sample = models.PositiveIntegerField(default=0)
     sources = models.JSONField(default=list, blank=True)
     downsample_status = models.CharField(max_length=32, default="NOT_DOWNSAMPLED")
+    # Cache-tier writes of this channel reach the base tier before they are acknowledged.
+    cache_write_through = models.BooleanField(default=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["experiment", "name"], name="unique_channel_name")]

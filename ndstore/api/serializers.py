@@ -72,7 +72,7 @@ class ChannelSerializer(_Base):
     class Meta:
         model = Channel
         fields = ["name", "description", "experiment", "default_time_sample", "type", "base_resolution",
-                  "datatype", "creator", "sources", "downsample_status", "related"]
+                  "datatype", "creator", "sources", "downsample_status", "related", "cache_write_through"]
         read_only_fields = ["downsample_status"]
 
     def get_related(self, obj: Channel) -> list[str]:

@@ -59,6 +59,15 @@ def up(data_dir: Path, host: str, port: int, workers: int, threads: int, demo: b
 
 
 @main.command()
+def daemons() -> None:
+    """Run the cache tier's write-back flusher and cache manager until SIGINT/SIGTERM, then
+    write back everything still dirty. `ndstore up` runs this; settings come from NDSTORE_*."""
+    from ndstore.client.daemons import run_daemons
+
+    sys.exit(run_daemons())
+
+
+@main.command()
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
               help="The data dir of a local stack (default: NDSTORE_DATA_DIR or ./.ndstore).")
 @click.option("--user", "username", required=True, help="Create the user if it does not exist.")

@@ -1,8 +1,9 @@
 """`ndstore up`: the whole local stack in the foreground, its data under one directory.
 
-Starts a redis-server (AOF on, for locks now and the cache tier), prepares the metadata
-database, the object store and the index, mints the admin token, optionally loads the demo
-dataset, then runs gunicorn until interrupted. Everything binds to 127.0.0.1 by default.
+Starts a redis-server (AOF on: the locks and the cache tier), prepares the metadata database,
+the object store and the index, mints the admin token, optionally loads the demo dataset, then
+runs the cache tier's daemons (flusher, cache manager) and gunicorn until interrupted.
+Everything binds to 127.0.0.1 by default.
 """
 
 from __future__ import annotations
@@ -91,9 +92,12 @@ class LocalStack:
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.redis_port = self.redis_port or free_port()
-        self.procs.append(start_redis(self.data_dir / "redis", self.redis_port))
+        fsync = os.environ.get("NDSTORE_REDIS_APPENDFSYNC", "everysec")
+        self.procs.append(start_redis(self.data_dir / "redis", self.redis_port, appendfsync=fsync))
         env = self.environment()
         subprocess.run([sys.executable, "-m", "django", "ndstore_prepare"], env=env, check=True, cwd=ROOT)
+        daemons = [sys.executable, "-m", "ndstore.client.cli", "daemons"]
+        self.procs.append(subprocess.Popen(daemons, env=env, cwd=ROOT))
         self.procs.append(self._gunicorn(env))
         wait_until(self._web_ready, f"web service at {self.url}", timeout=60)
 
@@ -119,12 +123,13 @@ class LocalStack:
         return 0 if stop["signal"] else 1
 
     def stop(self) -> None:
+        """Stop in reverse order of start, each fully before the next: gunicorn first (no new
+        writes), then the daemons (which write back everything dirty), then Redis."""
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.terminate()
-        for proc in reversed(self.procs):
             try:
-                proc.wait(timeout=30)
+                proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 proc.kill()
         self.procs.clear()

@@ -13,7 +13,7 @@ the N entries, cuboids in C order of their (z, y, x) position.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import blosc2
@@ -57,23 +57,35 @@ def decompress_cuboid(blob: bytes, dtype: np.dtype, shape_zyx: tuple[int, int, i
     return out
 
 
-def _cuboid_boxes(cuboid: XYZ, counts: XYZ) -> Iterator[Box]:
-    """Boxes of the cuboids within a supercuboid (origin 0), in C order of (z, y, x)."""
-    for k in range(counts[2]):
-        for j in range(counts[1]):
-            for i in range(counts[0]):
-                lo = (i * cuboid[0], j * cuboid[1], k * cuboid[2])
-                yield Box(lo, (lo[0] + cuboid[0], lo[1] + cuboid[1], lo[2] + cuboid[2]))
+def cuboid_boxes(cuboid: XYZ, counts: XYZ) -> list[Box]:
+    """Boxes of the cuboids within a supercuboid (origin 0), numbered in C order of (z, y, x)."""
+    return [_box_of(cuboid, (i, j, k)) for k in range(counts[2]) for j in range(counts[1]) for i in range(counts[0])]
+
+
+def _box_of(cuboid: XYZ, at: XYZ) -> Box:
+    lo = (at[0] * cuboid[0], at[1] * cuboid[1], at[2] * cuboid[2])
+    return Box(lo, (lo[0] + cuboid[0], lo[1] + cuboid[1], lo[2] + cuboid[2]))
+
+
+def cuboids_touching(region: Box, cuboid: XYZ, counts: XYZ) -> list[tuple[int, Box, Box]]:
+    """(number, cuboid box, part of region in it) of every cuboid ``region`` touches."""
+    return [(n, box, part) for n, box in enumerate(cuboid_boxes(cuboid, counts))
+            if (part := region.intersect(box)) is not None]
 
 
 def encode_supercuboid(data: npt.NDArray[np.generic], cuboid: XYZ, counts: XYZ,
                        mapper: Mapper[Box, bytes] = map) -> bytes | None:
     """The object bytes of a (z, y, x) supercuboid array, or None when it is all zeros."""
-    blobs = list(mapper(lambda b: compress_cuboid(data[b.slices_zyx()]), list(_cuboid_boxes(cuboid, counts))))
+    blobs = list(mapper(lambda b: compress_cuboid(data[b.slices_zyx()]), cuboid_boxes(cuboid, counts)))
+    return join_supercuboid(blobs, data.dtype, cuboid, counts)
+
+
+def join_supercuboid(blobs: list[bytes], dtype: np.dtype, cuboid: XYZ, counts: XYZ) -> bytes | None:
+    """The object bytes of already compressed cuboid blobs, or None when all are zeros."""
     if not any(blobs):
         return None
-    dtype = data.dtype.str.encode().ljust(4)
-    header = _HEADER.pack(MAGIC, VERSION, dtype, cuboid[2], cuboid[1], cuboid[0], counts[2], counts[1], counts[0])
+    code = np.dtype(dtype).str.encode().ljust(4)
+    header = _HEADER.pack(MAGIC, VERSION, code, cuboid[2], cuboid[1], cuboid[0], counts[2], counts[1], counts[0])
     lengths = np.array([len(b) for b in blobs], dtype="<u4").tobytes()
     return b"".join([header, lengths, *blobs])
 
@@ -102,7 +114,14 @@ def decode_supercuboid_region(obj: bytes, region: Box, out: npt.NDArray[np.gener
     dtype, cuboid, counts, blobs = split_supercuboid(obj)
     if dtype != out.dtype:
         raise InvalidBody(f"stored supercuboid has dtype {dtype}, channel has {out.dtype}")
-    shape = (cuboid[2], cuboid[1], cuboid[0])
+    decode_blobs_region(dict(enumerate(blobs)), cuboid, counts, region, out, mapper)
+
+
+def decode_blobs_region(blobs: dict[int, bytes], cuboid: XYZ, counts: XYZ, region: Box,
+                        out: npt.NDArray[np.generic], mapper: Mapper[Any, None] = map) -> None:
+    """Like decode_supercuboid_region, from cuboid blobs by number (at least those the region
+    touches; b"" is an all-zero cuboid)."""
+    shape, dtype = (cuboid[2], cuboid[1], cuboid[0]), out.dtype
 
     def decode(job: tuple[bytes, Box, Box]) -> None:
         blob, cbox, part = job
@@ -116,8 +135,7 @@ def decode_supercuboid_region(obj: bytes, region: Box, out: npt.NDArray[np.gener
             _decompress_into(blob, scratch)
             target[...] = scratch[part.slices_zyx(cbox.lo)]
 
-    jobs = [(blob, cbox, part) for blob, cbox in zip(blobs, _cuboid_boxes(cuboid, counts))
-            if (part := region.intersect(cbox)) is not None]
+    jobs = [(blobs[n], cbox, part) for n, cbox, part in cuboids_touching(region, cuboid, counts)]
     for _ in mapper(decode, jobs):
         pass
 

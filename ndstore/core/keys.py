@@ -50,9 +50,19 @@ class SupercuboidKey:
     morton: int
 
     @property
+    def name(self) -> str:
+        """`<volume partition>&<morton>`: names the supercuboid's lock and cache entry, the same
+        in every process and path, so the cache tier and direct I/O exclude each other."""
+        return f"{self.volume.partition}{SEPARATOR}{self.morton}"
+
+    @classmethod
+    def from_name(cls, name: str) -> SupercuboidKey:
+        partition, _, morton = name.rpartition(SEPARATOR)
+        return cls(VolumeKey.parse_partition(partition), int(morton))
+
+    @property
     def object_key(self) -> str:
-        body = f"{self.volume.partition}{SEPARATOR}{self.morton}"
-        return f"{_hash(body)}{SEPARATOR}{body}"
+        return f"{_hash(self.name)}{SEPARATOR}{self.name}"
 
     @classmethod
     def parse(cls, object_key: str) -> SupercuboidKey:

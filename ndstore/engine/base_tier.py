@@ -40,7 +40,7 @@ class BaseTier:
         # waits on it can never starve it.
         self._codec = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="codec")
 
-    def _jobs(self, cutout: Cutout) -> tuple[Grid, list[_Job]]:
+    def plan(self, cutout: Cutout) -> tuple[Grid, list[_Job]]:
         grid = cutout.channel.grid(cutout.resolution)
         parts = plan_supercuboids(cutout.box, grid)
         jobs = [
@@ -52,7 +52,7 @@ class BaseTier:
 
     def read(self, cutout: Cutout) -> Array:
         """The cutout as a (t, z, y, x) array; regions with nothing stored are zeros."""
-        grid, jobs = self._jobs(cutout)
+        grid, jobs = self.plan(cutout)
         out = np.empty(cutout.shape, cutout.channel.dtype)  # every voxel is written below, once
         by_key = {key.object_key: (ti, part) for key, ti, part in jobs}
         decodes: list[Future[None]] = []
@@ -74,9 +74,14 @@ class BaseTier:
             raise InvalidBody(
                 f"data {data.shape} {data.dtype} does not fit the box {cutout.shape} {cutout.channel.dtype}"
             )
-        grid, jobs = self._jobs(cutout)
-        with self.locks.hold([key.object_key for key, _, _ in jobs]):
-            run_all(self._pool, lambda job: self._write_one(job, grid, data[job[1]][job[2].in_box(cutout.box)]), jobs)
+        _, jobs = self.plan(cutout)
+        with self.locks.hold([key.name for key, _, _ in jobs]):
+            self.write_locked(cutout, data)
+
+    def write_locked(self, cutout: Cutout, data: Array) -> None:
+        """`write` for a caller that already holds the write locks of every touched supercuboid."""
+        grid, jobs = self.plan(cutout)
+        run_all(self._pool, lambda job: self._write_one(job, grid, data[job[1]][job[2].in_box(cutout.box)]), jobs)
 
     def _write_one(self, job: _Job, grid: Grid, src: Array) -> None:
         key, _, part = job
@@ -85,7 +90,12 @@ class BaseTier:
         else:
             merged = self._read_whole(key, grid, src.dtype)
             merged[part.in_supercuboid(grid)] = src
-        blob = encode_supercuboid(merged, grid.cuboid, grid.cuboids_per_super, self._codec.map)
+        self.store(key, encode_supercuboid(merged, grid.cuboid, grid.cuboids_per_super, self._codec.map))
+
+    def store(self, key: SupercuboidKey, blob: bytes | None) -> None:
+        """Put an encoded supercuboid, or delete it when None (all zeros), index first on put and
+        last on delete. The caller holds the supercuboid's write lock (or a read lock that keeps
+        writers of it out)."""
         if blob is None:
             self.objects.delete_many([key.object_key])
             self.index.delete_many([key])
@@ -110,7 +120,7 @@ class BaseTier:
                 volume = channel.volume_key(resolution, t)
                 keys = [volume.supercuboid(m) for m in self.index.mortons(volume)]
                 if keys:
-                    with self.locks.hold([k.object_key for k in keys]):
+                    with self.locks.hold([k.name for k in keys]):
                         self.objects.delete_many([k.object_key for k in keys])
                         self.index.delete_many(keys)
                 count += len(keys)

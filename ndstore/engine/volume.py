@@ -21,6 +21,7 @@ class ChannelVolume:
     num_levels: int
     method: HierarchyMethod
     num_time_samples: int
+    write_through: bool = False  # cache-tier writes reach the base tier before they return
 
     def grid(self, resolution: int) -> Grid:
         return grid_for_level(self.method, resolution, self.dtype.itemsize)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import redis
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
@@ -20,6 +21,7 @@ def _wired(service_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iter
     own: the test database is rolled back between tests and reuses ids, the stores are not."""
     from ndstore import wiring
 
+    redis.Redis.from_url(service_env["NDSTORE_REDIS_URL"]).flushdb()  # the cache tier too
     suffix = uuid.uuid4().hex[:10]
     monkeypatch.setenv("NDSTORE_S3_BUCKET", f"ndstore-test-{suffix}")
     monkeypatch.setenv("NDSTORE_DYNAMODB_TABLE", f"ndstore-test-{suffix}")

@@ -125,3 +125,30 @@ def test_box_across_eight_supercuboids(admin: Any, dataset: Dataset, dtype: str,
     got = decode(admin.get(wider), tuple(s + 10 for s in shape), dtype)
     np.testing.assert_array_equal(got[5:-5, 5:-5, 5:-5], data)
     assert not got[:5].any() and not got[:, :, -5:].any()
+
+
+def test_cache_and_direct_paths_stay_coherent(admin: Any, dataset: Dataset) -> None:
+    from ndstore import wiring
+
+    box = ((100, 700), (200, 600), (30, 70))  # spans supercuboids in x and z
+    shape = (40, 400, 600)
+    cached = np.random.default_rng(8).integers(1, 255, shape, dtype=np.uint8)
+    assert admin.generic("POST", dataset.cutout("img8", 0, *box), cached.tobytes(),
+                         content_type="application/octet-stream").status_code == 201
+    # A direct read sees the acknowledged cached write (it is written back first).
+    np.testing.assert_array_equal(decode(admin.get(dataset.cutout("img8", 0, *box, direct=True)), shape, "uint8"),
+                                  cached)
+    # A direct write leaves no stale cached copy readable.
+    direct = np.full(shape, 9, np.uint8)
+    assert admin.generic("POST", dataset.cutout("img8", 0, *box, direct=True), direct.tobytes(),
+                         content_type="application/octet-stream").status_code == 201
+    np.testing.assert_array_equal(decode(admin.get(dataset.cutout("img8", 0, *box)), shape, "uint8"), direct)
+    # raw reads the base tier as it is; no_cache writes back first.
+    partial = np.full((1, 10, 10), 5, np.uint8)
+    admin.generic("POST", dataset.cutout("img8", 0, (100, 110), (200, 210), (30, 31)), partial.tobytes(),
+                  content_type="application/octet-stream")
+    small = dataset.cutout("img8", 0, (100, 110), (200, 210), (30, 31))
+    assert decode(admin.get(small + "?access-mode=raw"), (1, 10, 10), "uint8").max() == 9
+    assert decode(admin.get(small + "?access-mode=no_cache"), (1, 10, 10), "uint8").max() == 5
+    assert decode(admin.get(small + "?access-mode=raw"), (1, 10, 10), "uint8").max() == 5
+    assert wiring.services().cache_tier.cache.count()[1] == 0

@@ -93,11 +93,14 @@ def test_deleting_a_channel_deletes_its_data(admin: Any) -> None:
     volume = lookups.channel_volume(Channel.objects.get(name="img8", experiment__collection__name="gone"))
     key = volume.volume_key(0, 0)
     index = wiring.services().index
+    assert index.mortons(key) == []  # still only in the cache tier
+    assert wiring.services().cache_tier.flush_all() == 4
     assert len(index.mortons(key)) == 4
     assert admin.delete("/v1/collection/gone/experiment/e1/channel/img8/").status_code == 204
     assert index.mortons(key) == []
     objects = [key.supercuboid(m).object_key for m in range(8)]
     assert all(blob is None for _, blob in wiring.services().objects.get_many(objects))
+    assert wiring.services().cache_tier.cache.count() == (0, 0)
     for path in ("/v1/collection/gone/experiment/e1/", "/v1/collection/gone/", "/v1/coord/gone_frame/"):
         assert admin.delete(path).status_code == 204
     assert admin.get("/v1/collection/gone/").status_code == 404

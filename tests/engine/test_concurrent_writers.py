@@ -13,7 +13,7 @@ from ndstore.core.geometry import Box
 from ndstore.engine.base_tier import BaseTier
 from ndstore.engine.volume import ChannelVolume, make_cutout
 from ndstore.storage.filestore import FileObjectStore
-from ndstore.storage.locks import RedisLocks
+from ndstore.storage.rwlock import RedisRWLocks
 from ndstore.storage.sqlite_index import SqliteSupercuboidIndex
 
 CHANNEL = ChannelVolume(1, 1, 1, np.dtype("uint16"), Box((0, 0, 0), (1024, 512, 32)), 1, "anisotropic", 1)
@@ -24,7 +24,7 @@ def tier(root: str, redis_url: str) -> BaseTier:
     objects, index = FileObjectStore(Path(root) / "o", fsync=False), SqliteSupercuboidIndex(Path(root) / "i.db")
     objects.ensure_ready()
     index.ensure_ready()
-    return BaseTier(objects, index, RedisLocks(redis.Redis.from_url(redis_url), prefix="t-cw:"))
+    return BaseTier(objects, index, RedisRWLocks(redis.Redis.from_url(redis_url)))
 
 
 def patch(writer: int) -> Box:

@@ -68,6 +68,8 @@ def test_data_survives_a_restart(up: Up) -> None:
     r = s.post(url, data=data.tobytes(), headers={"Content-Type": "application/octet-stream"})
     assert r.status_code == 201, r.text
     up.stop()
+    # A clean stop wrote the cache tier's dirty data back to the base tier.
+    assert len(list((up.data_dir / "objects").glob("*/*&*"))) == 12  # 2 x 2 x 3 supercuboids of uint16
 
     up.start()
     r = up.session().get(url, headers={"Accept": "application/octet-stream"})

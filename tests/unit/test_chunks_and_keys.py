@@ -49,6 +49,7 @@ def test_object_key_round_trip(c: int, e: int, ch: int, r: int, t: int, m: int) 
     parsed = SupercuboidKey.parse(key.object_key)
     assert parsed == key
     assert VolumeKey.parse_partition(key.volume.partition) == key.volume
+    assert SupercuboidKey.from_name(key.name) == key
     assert len(key.object_key.split("&")[0]) == 8
 
 

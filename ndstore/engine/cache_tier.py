@@ -1,0 +1,200 @@
+"""The cache tier: reads and writes through Redis, written back to the base tier.
+
+Read: plan the box into supercuboids; page in the ones not resident (each under its write lock,
+re-checked there, so concurrent misses of one supercuboid fetch it once); then under read locks
+fetch just the cuboids the box touches, release, update access times and assemble.
+Write: under write locks, page in what is missing, merge partly covered cuboids, store the new
+cuboid blobs and mark the supercuboids dirty; the flusher writes them back (or, for a
+write-through channel, the write does before it returns).
+See docs/design/cache-tier.md.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ndstore.core.chunks import (
+    compress_cuboid,
+    cuboids_touching,
+    decode_blobs_region,
+    decompress_cuboid,
+    join_supercuboid,
+    split_supercuboid,
+)
+from ndstore.core.errors import InvalidBody, StorageError
+from ndstore.core.geometry import Grid, SupercuboidPart
+from ndstore.core.keys import SupercuboidKey
+from ndstore.engine.base_tier import BaseTier
+from ndstore.engine.volume import ChannelVolume, Cutout
+from ndstore.storage.interfaces import CuboidCache, RWLocks
+from ndstore.storage.parallel import run_all
+
+Array = npt.NDArray[Any]
+META = -1  # cache field holding "dtype cuboid-shape counts", so the flusher needs no metadata DB
+
+
+def _meta(dtype: np.dtype, grid: Grid) -> bytes:
+    return " ".join([dtype.str, *map(str, grid.cuboid), *map(str, grid.cuboids_per_super)]).encode()
+
+
+def _parse_meta(raw: bytes) -> tuple[np.dtype, Grid]:
+    dtype, *dims = raw.decode().split()
+    v = [int(d) for d in dims]
+    return np.dtype(dtype), Grid((v[0], v[1], v[2]), (v[3], v[4], v[5]))
+
+
+class CacheTier:
+    def __init__(self, cache: CuboidCache, base: BaseTier, locks: RWLocks, parallelism: int = 8,
+                 clock: Callable[[], float] = time.time):
+        self.cache = cache
+        self.base = base
+        self.locks = locks
+        self.clock = clock
+        self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="cache-tier")
+
+    # -- reads -------------------------------------------------------------------------------
+    def read(self, cutout: Cutout) -> Array:
+        grid, jobs = self.base.plan(cutout)
+        keys = list({key.name: key for key, _, _ in jobs}.values())
+        names = [k.name for k in keys]
+        for _ in range(5):  # a supercuboid evicted between page-in and read-lock: page in again
+            self.page_in(keys, cutout.channel.dtype, grid)
+            with self.locks.read(names):
+                if all(self.cache.resident(names)):
+                    wanted = {key.name: [n for n, _, _ in self._touching(part, grid)] for key, _, part in jobs}
+                    blobs = self.cache.get_many(wanted)
+                    break
+        else:
+            raise StorageError("the cache evicted this box's supercuboids faster than it could read them; try again")
+        self.cache.touch(names, self.clock())
+        out = np.empty(cutout.shape, cutout.channel.dtype)
+        run_all(self._pool, lambda job: self._decode(job, blobs[job[0].name], wanted[job[0].name], grid, out,
+                                                     cutout), jobs)
+        return out
+
+    @staticmethod
+    def _touching(part: SupercuboidPart, grid: Grid) -> list[Any]:
+        return cuboids_touching(part.local_region(grid), grid.cuboid, grid.cuboids_per_super)
+
+    def _decode(self, job: Any, blobs: list[bytes | None], numbers: list[int], grid: Grid, out: Array,
+                cutout: Cutout) -> None:
+        key, ti, part = job
+        if any(b is None for b in blobs):
+            raise StorageError(f"cuboids of supercuboid {key.name} vanished from the cache; try again")
+        decode_blobs_region(dict(zip(numbers, blobs)), grid.cuboid, grid.cuboids_per_super,  # type: ignore[arg-type]
+                            part.local_region(grid), out[ti][part.in_box(cutout.box)])
+
+    def page_in(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid, locked: bool = False) -> None:
+        """Make ``keys`` resident, fetching each missing one from the base tier once."""
+        missing = [k for k, r in zip(keys, self.cache.resident([k.name for k in keys])) if not r]
+        if not missing:
+            return
+        if locked:
+            self._fetch(missing, dtype, grid)
+            return
+        with self.locks.write([k.name for k in missing]):
+            still = [k for k, r in zip(missing, self.cache.resident([k.name for k in missing])) if not r]
+            self._fetch(still, dtype, grid)
+
+    def _fetch(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid) -> None:
+        by_object = {k.object_key: k for k in keys}
+        count = int(np.prod(grid.cuboids_per_super))
+        now = self.clock()
+        for object_key, obj in self.base.objects.get_many(list(by_object)):
+            if obj is None:
+                blobs = [b""] * count  # known all-zero: no further base-tier access for it
+            else:
+                stored_dtype, _, _, blobs = split_supercuboid(obj)
+                if stored_dtype != dtype:
+                    raise InvalidBody(f"stored supercuboid has dtype {stored_dtype}, channel has {dtype}")
+            self.cache.put(by_object[object_key].name, {META: _meta(dtype, grid), **dict(enumerate(blobs))},
+                           now, dirty=False)
+
+    # -- writes ------------------------------------------------------------------------------
+    def write(self, cutout: Cutout, data: Array) -> None:
+        if data.shape != cutout.shape or data.dtype != cutout.channel.dtype:
+            raise InvalidBody(f"data {data.shape} {data.dtype} does not fit the box {cutout.shape}")
+        grid, jobs = self.base.plan(cutout)
+        keys = list({key.name: key for key, _, _ in jobs}.values())
+        with self.locks.write([k.name for k in keys]):
+            self.page_in(keys, cutout.channel.dtype, grid, locked=True)
+            run_all(self._pool, lambda job: self._merge(job, grid, data[job[1]][job[2].in_box(cutout.box)]), jobs)
+            if cutout.channel.write_through:
+                for key in keys:
+                    self.flush_locked(key.name)
+
+    def _merge(self, job: Any, grid: Grid, src: Array) -> None:
+        key, _, part = job
+        touching = self._touching(part, grid)
+        partial = [n for n, cbox, sub in touching if sub != cbox]
+        old = dict(zip(partial, self.cache.get_many({key.name: partial})[key.name])) if partial else {}
+        shape = (grid.cuboid[2], grid.cuboid[1], grid.cuboid[0])
+        local = part.local_region(grid)
+        new: dict[int, bytes] = {}
+        for n, cbox, sub in touching:
+            piece = src[sub.slices_zyx(local.lo)]
+            if sub == cbox:
+                new[n] = compress_cuboid(piece)
+            else:
+                cuboid = decompress_cuboid(old[n] or b"", src.dtype, shape).copy()
+                cuboid[sub.slices_zyx(cbox.lo)] = piece
+                new[n] = compress_cuboid(cuboid)
+        self.cache.put(key.name, {META: _meta(src.dtype, grid), **new}, self.clock(), dirty=True)
+
+    # -- write-back --------------------------------------------------------------------------
+    def flush_locked(self, name: str) -> None:
+        """Write one resident supercuboid back to the base tier and mark it clean. The caller
+        holds its read or write lock, so no write can slip in between."""
+        meta = self.cache.get_many({name: [META]})[name][0]
+        if meta is None:
+            self.cache.clear_dirty(name)  # evicted after flushing elsewhere; nothing to write
+            return
+        dtype, grid = _parse_meta(meta)
+        count = int(np.prod(grid.cuboids_per_super))
+        blobs = self.cache.get_all(name, count)
+        if any(b is None for b in blobs):
+            raise StorageError(f"supercuboid {name} is only partly in the cache; not flushed")
+        self.base.store(SupercuboidKey.from_name(name),
+                        join_supercuboid([b or b"" for b in blobs], dtype, grid.cuboid, grid.cuboids_per_super))
+        self.cache.clear_dirty(name)
+
+    def flush(self, names: Sequence[str]) -> int:
+        """Flush the named supercuboids that are still dirty, each under its read lock."""
+        def one(name: str) -> int:
+            with self.locks.read([name]):
+                if self.cache.is_dirty([name])[0]:
+                    self.flush_locked(name)
+                    return 1
+            return 0
+        return sum(self._pool.map(one, names))
+
+    def flush_older_than(self, age_s: float, limit: int) -> int:
+        return self.flush(self.cache.dirty_before(self.clock() - age_s, limit))
+
+    def flush_all(self) -> int:
+        total = 0
+        while names := self.cache.dirty_before(float("inf"), 256):
+            total += self.flush(names)
+        return total
+
+    # -- eviction and coherence --------------------------------------------------------------
+    def evict_locked(self, name: str) -> None:
+        """Drop a supercuboid from the cache, flushing it first if dirty; caller holds its write lock."""
+        if self.cache.is_dirty([name])[0]:
+            self.flush_locked(name)
+        self.cache.evict(name)
+
+    def purge(self, channel: ChannelVolume) -> int:
+        """Delete every voxel of a channel: cached copies (dirty ones too, unflushed), then every
+        stored supercuboid. Returns the number of stored supercuboids deleted."""
+        prefix = f"{channel.collection_id}&{channel.experiment_id}&{channel.channel_id}&"
+        for name in self.cache.names_with_prefix(prefix):
+            with self.locks.write([name]):
+                self.cache.evict(name)
+        return self.base.purge(channel)

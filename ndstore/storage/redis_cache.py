@@ -1,0 +1,104 @@
+"""CuboidCache on Redis: the cuboids of resident supercuboids, the LRU index and the dirty set.
+
+  ndc:{N}      hash: cuboid number -> blosc blob (b"" marks a cuboid known to be all zeros)
+  ndc:index    sorted set: N -> last access time (s); which supercuboids are resident
+  ndc:dirty    sorted set: N -> time it first became dirty; what the flusher must write back
+N is a supercuboid's name (its volume partition and Morton code); the braces make it the hash
+tag, so on Redis Cluster a supercuboid's cuboids live on one node. Callers hold the
+supercuboid's lock; this adapter only stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import redis
+
+from ndstore.core.errors import StorageError
+
+INDEX = "ndc:index"
+DIRTY = "ndc:dirty"
+
+
+def _hash(name: str) -> str:
+    return f"ndc:{{{name}}}"
+
+
+class RedisCuboidCache:
+    def __init__(self, client: redis.Redis):
+        self._redis = client
+
+    def resident(self, names: Sequence[str]) -> list[bool]:
+        if not names:
+            return []
+        scores = self._do(lambda: self._redis.zmscore(INDEX, list(names)))
+        return [s is not None for s in scores]
+
+    def get_many(self, wanted: Mapping[str, Sequence[int]]) -> dict[str, list[bytes | None]]:
+        """HMGET the given cuboid numbers of each supercuboid, in one round trip."""
+        pipe = self._redis.pipeline(transaction=False)
+        for name, numbers in wanted.items():
+            pipe.hmget(_hash(name), [str(n) for n in numbers])
+        replies = self._do(pipe.execute)
+        return dict(zip(wanted, replies))
+
+    def get_all(self, name: str, count: int) -> list[bytes | None]:
+        return self.get_many({name: range(count)})[name]
+
+    def put(self, name: str, blobs: Mapping[int, bytes], now: float, dirty: bool) -> None:
+        """Store cuboid blobs and record the supercuboid resident (and dirty if asked)."""
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hset(_hash(name), mapping={str(n): b for n, b in blobs.items()})
+        pipe.zadd(INDEX, {name: now})
+        if dirty:
+            pipe.zadd(DIRTY, {name: now}, nx=True)
+        self._do(pipe.execute)
+
+    def touch(self, names: Sequence[str], now: float) -> None:
+        if names:
+            self._do(lambda: self._redis.zadd(INDEX, {n: now for n in names}, xx=True))
+
+    def dirty_before(self, when: float, limit: int) -> list[str]:
+        names = self._do(lambda: self._redis.zrangebyscore(DIRTY, "-inf", when, start=0, num=limit))
+        return [n.decode() for n in names]
+
+    def is_dirty(self, names: Sequence[str]) -> list[bool]:
+        if not names:
+            return []
+        return [s is not None for s in self._do(lambda: self._redis.zmscore(DIRTY, list(names)))]
+
+    def clear_dirty(self, name: str) -> None:
+        self._do(lambda: self._redis.zrem(DIRTY, name))
+
+    def evict(self, name: str) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.delete(_hash(name))
+        pipe.zrem(INDEX, name)
+        pipe.zrem(DIRTY, name)
+        self._do(pipe.execute)
+
+    def names_with_prefix(self, prefix: str) -> list[str]:
+        """Resident or dirty supercuboids whose names start with ``prefix`` (bulk operations only)."""
+        def scan(key: str) -> list[str]:
+            return [n.decode() for n, _ in self._redis.zscan_iter(key, match=prefix + "*")]
+
+        return sorted(set(self._do(lambda: scan(INDEX) + scan(DIRTY))))
+
+    def coldest(self, count: int) -> list[str]:
+        return [n.decode() for n in self._do(lambda: self._redis.zrange(INDEX, 0, count - 1))]
+
+    def used_memory(self) -> int:
+        info = self._do(lambda: self._redis.info("memory"))
+        return int(info["used_memory"])
+
+    def count(self) -> tuple[int, int]:
+        """(resident, dirty) supercuboid counts."""
+        return self._do(lambda: self._redis.zcard(INDEX)), self._do(lambda: self._redis.zcard(DIRTY))
+
+    @staticmethod
+    def _do(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except redis.RedisError as exc:
+            raise StorageError(f"cache tier unavailable: {exc}") from exc

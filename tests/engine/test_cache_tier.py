@@ -1,0 +1,157 @@
+"""The cache tier on a real redis-server: a stateful model of cache + base tier checked
+against a numpy array, coherence with direct I/O, eviction, write-back and write-through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import redis
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from ndstore.core.geometry import Box
+from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.direct import CoherentDirect
+from ndstore.engine.volume import make_cutout
+from ndstore.engine.writeback import CacheManager, Flusher
+from tests.engine.conftest import make_cache_tier, small_channel
+
+LIMIT = 1 << 32
+CHANNEL = small_channel("uint16")
+EXTENT = CHANNEL.extent(0)
+
+
+def cut(box: Box) -> Any:
+    return make_cutout(CHANNEL, 0, box, range(1), LIMIT)
+
+
+@st.composite
+def boxes(draw: st.DrawFn) -> Box:
+    lo = [draw(st.integers(0, s - 1)) for s in EXTENT.hi]
+    hi = [draw(st.integers(a + 1, min(s, a + 700))) for a, s in zip(lo, EXTENT.hi)]
+    return Box(tuple(lo), tuple(hi))  # type: ignore[arg-type]
+
+
+class CacheModel(RuleBasedStateMachine):
+    """Any interleaving of cached and direct reads and writes, write-backs and evictions reads
+    exactly what a plain numpy array holds."""
+
+    redis_url = ""
+    root = Path()
+
+    @initialize()
+    def setup(self) -> None:
+        redis.Redis.from_url(self.redis_url).flushdb()
+        run = self.root / f"run-{np.random.default_rng().integers(1 << 40)}"
+        self.tier: CacheTier = make_cache_tier(run, self.redis_url)
+        self.direct = CoherentDirect(self.tier)
+        self.reference = np.zeros(EXTENT.shape_zyx, np.uint16)
+        self.seed = 0
+
+    def _values(self, box: Box, zero: bool) -> np.ndarray:
+        self.seed += 1
+        if zero:
+            return np.zeros(box.shape_zyx, np.uint16)
+        return np.random.default_rng(self.seed).integers(1, 60000, box.shape_zyx, dtype=np.uint16)
+
+    @rule(box=boxes(), via_cache=st.booleans(), zero=st.booleans())
+    def write(self, box: Box, via_cache: bool, zero: bool) -> None:
+        values = self._values(box, zero)
+        (self.tier if via_cache else self.direct).write(cut(box), values[np.newaxis])
+        self.reference[box.slices_zyx()] = values
+
+    @rule(box=boxes(), via_cache=st.booleans())
+    def read(self, box: Box, via_cache: bool) -> None:
+        got = (self.tier if via_cache else self.direct).read(cut(box))[0]
+        np.testing.assert_array_equal(got, self.reference[box.slices_zyx()])
+
+    @rule()
+    def flush(self) -> None:
+        self.tier.flush_all()
+        whole = self.tier.base.read(cut(EXTENT))[0]  # the base tier alone now holds everything
+        np.testing.assert_array_equal(whole, self.reference)
+
+    @rule()
+    def evict_everything(self) -> None:
+        CacheManager(self.tier, high_bytes=0, low_bytes=0).run_once()
+        assert self.tier.cache.count() == (0, 0)
+
+    @invariant()
+    def dirty_is_resident(self) -> None:
+        if hasattr(self, "tier"):
+            resident, dirty = self.tier.cache.count()
+            assert dirty <= resident
+
+
+def test_cache_model(redis_url: str, tmp_path: Path) -> None:
+    CacheModel.redis_url, CacheModel.root = redis_url, tmp_path
+    runner = CacheModel.TestCase()
+    runner.settings = settings(max_examples=12, stateful_step_count=12, deadline=None)
+    runner.runTest()
+
+
+def test_concurrent_misses_fetch_once(cache_tier: CacheTier) -> None:
+    import threading
+
+    box = Box((0, 0, 0), EXTENT.hi)
+    cache_tier.base.write(cut(box), np.ones((1, *box.shape_zyx), np.uint16))
+    fetched: list[str] = []
+    real = cache_tier.base.objects.get_many
+
+    def counting(keys: Any) -> Any:
+        fetched.extend(keys)
+        return real(keys)
+
+    cache_tier.base.objects.get_many = counting  # type: ignore[method-assign]
+    threads = [threading.Thread(target=cache_tier.read, args=(cut(box),)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(fetched) == sorted(set(fetched)) and len(fetched) == 8
+
+
+def test_all_zero_supercuboids_are_cached_as_known_zero(cache_tier: CacheTier) -> None:
+    got = cache_tier.read(cut(Box((0, 0, 0), (10, 10, 2))))
+    assert not got.any()
+    blobs = cache_tier.cache.get_all(cache_tier.cache.coldest(1)[0], 64)
+    assert blobs == [b""] * 64
+
+
+def test_flusher_writes_back_after_the_age_threshold(cache_tier: CacheTier) -> None:
+    now = [1000.0]
+    cache_tier.clock = lambda: now[0]
+    box = Box((5, 5, 1), (300, 40, 3))
+    cache_tier.write(cut(box), np.full((1, *box.shape_zyx), 7, np.uint16))
+    flusher = Flusher(cache_tier, age_s=5)
+    assert flusher.run_once() == 0  # too young
+    assert cache_tier.base.index.mortons(CHANNEL.volume_key(0, 0)) == []
+    now[0] += 6
+    assert flusher.run_once() == 1
+    assert cache_tier.base.index.mortons(CHANNEL.volume_key(0, 0)) == [0]
+    assert cache_tier.cache.count() == (1, 0)
+
+
+def test_write_through_channel_reaches_the_base_tier_before_returning(cache_tier: CacheTier) -> None:
+    chan = small_channel("uint8", write_through=True, cid=9)
+    box = Box((0, 0, 0), (20, 20, 2))
+    cache_tier.write(make_cutout(chan, 0, box, range(1), LIMIT), np.full((1, 2, 20, 20), 3, np.uint8))
+    assert cache_tier.cache.count() == (1, 0)
+    assert cache_tier.base.read(make_cutout(chan, 0, box, range(1), LIMIT)).min() == 3
+
+
+def test_eviction_under_a_memory_cap_loses_no_dirty_data(cache_tier: CacheTier) -> None:
+    chan = small_channel("uint8", cid=11)
+    rng = np.random.default_rng(0)
+    extent = chan.extent(0)
+    data = rng.integers(0, 255, extent.shape_zyx, dtype=np.uint8)
+    cache_tier.write(make_cutout(chan, 0, extent, range(1), LIMIT), data[np.newaxis])
+    used = cache_tier.cache.used_memory()
+    manager = CacheManager(cache_tier, high_bytes=used // 2, low_bytes=used // 3)
+    assert manager.run_once() > 0
+    resident, dirty = cache_tier.cache.count()
+    assert resident < 8 and cache_tier.cache.used_memory() <= used // 2
+    np.testing.assert_array_equal(cache_tier.read(make_cutout(chan, 0, extent, range(1), LIMIT))[0], data)

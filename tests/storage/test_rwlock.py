@@ -1,0 +1,136 @@
+"""The readers-writer lock on a real redis-server: sharing, exclusion, writer preference,
+pub/sub wake-ups, and recovery from holders killed with SIGKILL."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+
+import pytest
+import redis
+
+from ndstore.core.errors import LockTimeout
+from ndstore.storage.rwlock import RedisRWLocks
+
+
+@pytest.fixture
+def locks(redis_url: str) -> RedisRWLocks:
+    return RedisRWLocks(redis.Redis.from_url(redis_url), lease_ms=1000, timeout_s=5)
+
+
+def quick(redis_url: str, timeout: float = 0.2) -> RedisRWLocks:
+    return RedisRWLocks(redis.Redis.from_url(redis_url), lease_ms=1000, timeout_s=timeout)
+
+
+def test_readers_share_writers_exclude(locks: RedisRWLocks, redis_url: str) -> None:
+    other = quick(redis_url)
+    with locks.read(["a"]):
+        with other.read(["a"]):
+            pass
+        with pytest.raises(LockTimeout, match="stayed locked too long"):
+            with other.write(["a"]):
+                pass
+    with locks.write(["a"]):
+        for mode in (other.read, other.write):
+            with pytest.raises(LockTimeout):
+                with mode(["a"]):
+                    pass
+    with other.write(["a"]):
+        pass
+
+
+def test_waiting_writer_blocks_new_readers(locks: RedisRWLocks, redis_url: str) -> None:
+    got_write = threading.Event()
+    with locks.read(["p"]):
+        writer = threading.Thread(target=lambda: (quick(redis_url, 5).write(["p"]).__enter__(), got_write.set()))
+        writer.start()
+        time.sleep(0.2)  # the writer is waiting now
+        with pytest.raises(LockTimeout):
+            with quick(redis_url).read(["p"]):
+                pass
+        assert not got_write.is_set()
+    assert got_write.wait(2)
+
+
+def test_release_wakes_a_waiter_promptly(redis_url: str) -> None:
+    holder = RedisRWLocks(redis.Redis.from_url(redis_url), lease_ms=5000, timeout_s=5, poll_s=2.0)
+    waiter = RedisRWLocks(redis.Redis.from_url(redis_url), lease_ms=5000, timeout_s=5, poll_s=2.0)
+    waited: list[float] = []
+    hold = holder.write(["w"])
+    hold.__enter__()
+
+    def wait() -> None:
+        start = time.monotonic()
+        with waiter.write(["w"]):
+            waited.append(time.monotonic() - start)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.5)
+    hold.__exit__(None, None, None)
+    t.join(5)
+    assert waited and 0.45 < waited[0] < 1.2  # woken by pub/sub, not by the 2 s poll
+
+
+def _hold(url: str, mode: str, ready: mp.Event) -> None:  # type: ignore[type-arg]
+    locks = RedisRWLocks(redis.Redis.from_url(url), lease_ms=600)
+    with getattr(locks, mode)(["k"]):
+        ready.set()
+        time.sleep(600)
+
+
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_killed_holder_cannot_wedge_the_lock(redis_url: str, mode: str) -> None:
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_hold, args=(redis_url, mode, ready))
+    proc.start()
+    assert ready.wait(30)
+    with pytest.raises(LockTimeout):
+        with quick(redis_url).write(["k"]):
+            pass
+    os.kill(proc.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    proc.join()
+    start = time.monotonic()
+    with quick(redis_url, 5).write(["k"]):
+        pass
+    assert time.monotonic() - start < 3
+
+
+def test_leases_are_renewed_while_held(redis_url: str) -> None:
+    locks = RedisRWLocks(redis.Redis.from_url(redis_url), lease_ms=300, timeout_s=0.1)
+    with locks.write(["r"]):
+        time.sleep(1.0)
+        with pytest.raises(LockTimeout):
+            with quick(redis_url, 0.1).read(["r"]):
+                pass
+
+
+def test_body_errors_release(locks: RedisRWLocks, redis_url: str) -> None:
+    with pytest.raises(RuntimeError):
+        with locks.write(["e1", "e2"]):
+            raise RuntimeError("boom")
+    with quick(redis_url).write(["e2", "e1"]):
+        pass
+
+
+def test_counter_under_write_lock_from_many_threads(locks: RedisRWLocks, redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    client.delete("rw-counter")
+
+    def work() -> None:
+        mine = RedisRWLocks(redis.Redis.from_url(redis_url), timeout_s=30)
+        for _ in range(25):
+            with mine.write(["c"]):
+                v = int(client.get("rw-counter") or 0)
+                client.set("rw-counter", v + 1)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert int(client.get("rw-counter")) == 100
