@@ -81,3 +81,53 @@ def service_env(
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Three redis-server processes on loopback joined into a Redis Cluster (no replicas)."""
+    import shutil
+    import subprocess
+    import time
+
+    from ndstore.client.localstack import free_port
+
+    def _port_free(port: int) -> bool:
+        import socket
+
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", port)) != 0
+
+    cli, server = shutil.which("redis-cli"), shutil.which("redis-server")
+    if cli is None or server is None:
+        pytest.skip("redis-server/redis-cli are not installed")
+    ports: list[int] = []
+    while len(ports) < 3:  # the cluster bus listens on port + 10000, which must exist and be free
+        port = free_port()
+        if port + 10000 < 65536 and _port_free(port + 10000):
+            ports.append(port)
+    procs = []
+    for port in ports:
+        d = tmp_path_factory.mktemp(f"cluster{port}")
+        procs.append(subprocess.Popen(
+            [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes", "--dir", str(d),
+             "--cluster-config-file", "nodes.conf", "--appendonly", "yes", "--save", ""],
+            stdout=subprocess.DEVNULL))
+    try:
+        for port in ports:
+            for _ in range(100):
+                if subprocess.run([cli, "-p", str(port), "ping"], capture_output=True).returncode == 0:
+                    break
+                time.sleep(0.05)
+        subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports], "--cluster-replicas", "0",
+                        "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        for _ in range(200):
+            out = subprocess.run([cli, "-p", str(ports[0]), "cluster", "info"], capture_output=True, text=True)
+            if "cluster_state:ok" in out.stdout:
+                break
+            time.sleep(0.05)
+        yield f"redis+cluster://127.0.0.1:{ports[0]}"
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)

@@ -89,8 +89,11 @@ class RedisCuboidCache:
         return [n.decode() for n in self._do(lambda: self._redis.zrange(INDEX, 0, count - 1))]
 
     def used_memory(self) -> int:
+        """Bytes Redis uses; on a Cluster, the most any one node uses (each evicts its own)."""
         info = self._do(lambda: self._redis.info("memory"))
-        return int(info["used_memory"])
+        if "used_memory" in info:
+            return int(info["used_memory"])
+        return max(int(node["used_memory"]) for node in info.values())
 
     def count(self) -> tuple[int, int]:
         """(resident, dirty) supercuboid counts."""

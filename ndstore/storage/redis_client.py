@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 from redis.connection import Connection, PythonRespSerializer
 
 
@@ -17,7 +18,15 @@ class LargeValueConnection(Connection):
         return packer or PythonRespSerializer(self._buffer_cutoff, self.encoder.encode)
 
 
+CLUSTER_SCHEME = "redis+cluster://"
+
+
 def connect(url: str) -> redis.Redis:
-    """A client for ``url`` (redis://host:port/db) using LargeValueConnection."""
+    """A client for ``url``: `redis://host:port/db` for one node, `redis+cluster://host:port`
+    (any node of the cluster) for Redis Cluster. One node uses LargeValueConnection; redis-py's
+    cluster client takes no connection class, so a Cluster uses its default packer."""
+    if url.startswith(CLUSTER_SCHEME):
+        host, _, port = url[len(CLUSTER_SCHEME):].rstrip("/").partition(":")
+        return RedisCluster(host=host, port=int(port or 6379))  # type: ignore[return-value]
     pool = redis.ConnectionPool.from_url(url, connection_class=LargeValueConnection)
     return redis.Redis(connection_pool=pool)
