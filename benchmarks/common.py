@@ -127,6 +127,7 @@ def read_body(session: requests.Session, url: str, headers: dict[str, str] | Non
 class Stack:
     url: str
     session_headers: dict[str, str]
+    redis_url: str = ""
 
     def session(self) -> requests.Session:
         s = requests.Session()
@@ -141,7 +142,8 @@ def local_stack(extra_env: dict[str, str], workers: int = 2, threads: int = 4) -
         stack = LocalStack(Path(tmp), port=free_port(), workers=workers, threads=threads, extra_env=env)
         try:
             stack.start()
-            yield Stack(stack.url, {"Authorization": f"Token {ADMIN_TOKEN}"})
+            yield Stack(stack.url, {"Authorization": f"Token {ADMIN_TOKEN}"},
+                        f"redis://127.0.0.1:{stack.redis_port}/0")
         finally:
             stack.stop()
 

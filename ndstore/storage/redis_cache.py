@@ -19,6 +19,10 @@ from ndstore.core.errors import StorageError
 
 INDEX = "ndc:index"
 DIRTY = "ndc:dirty"
+# Redis appends each write command to its AOF buffer, which grows by at most 1 MiB at a time: a
+# 16 MiB HSET of a whole supercuboid is copied over and over (measured: 250 MB/s). Commands of
+# 8 cuboids (about 2 MiB) went at about 1 GB/s.
+FIELDS_PER_COMMAND = 8
 
 
 def _hash(name: str) -> str:
@@ -48,12 +52,17 @@ class RedisCuboidCache:
 
     def put(self, name: str, blobs: Mapping[int, bytes], now: float, dirty: bool) -> None:
         """Store cuboid blobs and record the supercuboid resident (and dirty if asked)."""
+        items = [(str(n), b) for n, b in blobs.items()]
+        for i in range(0, len(items), FIELDS_PER_COMMAND):
+            self._hset(name, dict(items[i:i + FIELDS_PER_COMMAND]))
         pipe = self._redis.pipeline(transaction=False)
-        pipe.hset(_hash(name), mapping={str(n): b for n, b in blobs.items()})
         pipe.zadd(INDEX, {name: now})
         if dirty:
             pipe.zadd(DIRTY, {name: now}, nx=True)
         self._do(pipe.execute)
+
+    def _hset(self, name: str, fields: dict[Any, Any]) -> None:
+        self._do(lambda: self._redis.hset(_hash(name), mapping=fields))
 
     def touch(self, names: Sequence[str], now: float) -> None:
         if names:

@@ -1,8 +1,9 @@
 """Static checks of the deployment files (no Docker engine runs on our machines): they parse,
-they refer only to settings the code reads, and to files that exist."""
+they refer only to settings the code reads, to commands that exist, and to files that exist."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -15,16 +16,99 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 SETTING_SOURCES = ["ndstore/config.py", "ndstore/api/settings/base.py", "ndstore/api/settings/production.py",
                    "deploy/gunicorn.conf.py", "ndstore/api/management/commands/ndstore_prepare.py"]
-# Read by libraries (boto3, Django, glibc), not by our code.
+# Read by libraries (boto3, Django, dj-database-url, glibc, CPython), not by our code.
 EXTERNAL = {"DATABASE_URL", "DJANGO_SETTINGS_MODULE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
             "AWS_DEFAULT_REGION", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
             "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED"}
+# The services whose containers run our image.
+OURS = ("web", "migrate", "daemons")
 
 
 def settings_read_by_code() -> set[str]:
     text = "".join((ROOT / p).read_text() for p in SETTING_SOURCES)
     return set(re.findall(r"NDSTORE_[A-Z0-9_]+", text))
 
+
+# --- Dockerfile -------------------------------------------------------------------------------
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs: comments dropped, backslash continuations joined."""
+    logical: list[str] = []
+    pending = ""
+    for raw in (ROOT / "Dockerfile").read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    assert not pending, "the Dockerfile ends inside a continued line"
+    out = []
+    for line in logical:
+        word, _, args = line.partition(" ")
+        out.append((word.upper(), args.strip()))
+    return out
+
+
+def dockerfile_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, args in dockerfile_instructions():
+        if word == "ENV":
+            env.update(dict(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)=(\S+)", args)))
+    return env
+
+
+def test_dockerfile_parses_into_known_instructions() -> None:
+    known = {"FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME", "USER",
+             "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL"}
+    instructions = dockerfile_instructions()
+    assert instructions[0] == ("FROM", "python:3.11-slim-bookworm")
+    assert {word for word, _ in instructions} <= known
+    assert ("EXPOSE", "8000") in instructions
+
+
+def test_dockerfile_runs_gunicorn_as_non_root() -> None:
+    instructions = dockerfile_instructions()
+    users = [args for word, args in instructions if word == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    cmds = [args for word, args in instructions if word == "CMD"]
+    assert len(cmds) == 1
+    cmd = json.loads(cmds[0])  # exec form: signals reach gunicorn, not a shell
+    assert cmd[0] == "gunicorn" and "deploy/gunicorn.conf.py" in cmd
+    assert "0.0.0.0:8000" in cmd
+    # the user is switched after every install step
+    last_user = max(i for i, (word, _) in enumerate(instructions) if word == "USER")
+    assert all(word != "RUN" for word, _ in instructions[last_user:])
+
+
+def test_dockerfile_installs_pinned_requirements_then_the_project() -> None:
+    runs = [args for word, args in dockerfile_instructions() if word == "RUN"]
+    reqs = next(i for i, r in enumerate(runs) if "pip install" in r and "-r requirements.txt" in r)
+    project = next(i for i, r in enumerate(runs) if "pip install" in r and "--no-deps -e ." in r)
+    assert reqs < project
+
+
+def test_dockerfile_environment() -> None:
+    env = dockerfile_env()
+    assert env["DJANGO_SETTINGS_MODULE"] == "ndstore.api.settings.production"
+    assert env["MALLOC_MMAP_THRESHOLD_"] == str(64 << 20)
+    assert env["MALLOC_TRIM_THRESHOLD_"] == str(256 << 20)
+    assert env["MALLOC_TOP_PAD_"] == str(64 << 20)
+    unknown = {k for k in env if k not in settings_read_by_code() | EXTERNAL}
+    assert not unknown, f"the Dockerfile sets variables nothing reads: {unknown}"
+
+
+def test_dockerfile_copies_only_what_exists() -> None:
+    for word, args in dockerfile_instructions():
+        if word in ("COPY", "ADD"):
+            parts = [p for p in args.split() if not p.startswith("--")]
+            for source in parts[:-1]:
+                assert (ROOT / source).exists(), source
+
+
+# --- docker-compose.yml -----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
@@ -33,59 +117,116 @@ def compose() -> dict[str, Any]:
 
 def test_compose_services_are_complete(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert {"nginx", "web", "migrate", "redis", "minio", "dynamodb", "postgres"} <= set(services)
+    assert set(services) == {"nginx", "web", "migrate", "daemons", "redis", "minio", "dynamodb", "postgres"}
     for name, svc in services.items():
         assert "image" in svc or "build" in svc, name
         deps = svc.get("depends_on", [])
-        assert set(deps) <= set(services), (name, deps)
+        assert set(deps) <= set(services), (name, deps)  # a list or a mapping of names
+
+
+def test_compose_cluster_shape(compose: dict[str, Any]) -> None:
+    s = compose["services"]
+    assert s["web"]["deploy"]["replicas"] == 2
+    assert s["web"]["build"] == "." and s["migrate"]["build"] == "."
+    assert s["web"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert "8080:80" in s["nginx"]["ports"]
+    redis_cmd = s["redis"]["command"]
+    assert redis_cmd[redis_cmd.index("--appendonly") + 1] == "yes"
+    assert redis_cmd[redis_cmd.index("--appendfsync") + 1] == "everysec"
+    assert s["redis"]["image"] == "redis:7" and s["postgres"]["image"] == "postgres:16"
+    assert s["dynamodb"]["image"].startswith("amazon/dynamodb-local")
+    assert "healthcheck" in s["minio"]
+    env = s["web"]["environment"]
+    assert env["NDSTORE_OBJECT_STORE"] == "s3" and env["NDSTORE_INDEX"] == "dynamodb"
+    assert env["NDSTORE_LOCKS"] == "redis" and env["DATABASE_URL"].startswith("postgres://")
 
 
 def test_compose_uses_only_settings_the_code_reads(compose: dict[str, Any]) -> None:
     known = settings_read_by_code() | EXTERNAL
-    for name in ("web", "migrate"):
+    for name in OURS:
         env = compose["services"][name]["environment"]
         unknown = {k for k in env if k not in known}
         assert not unknown, f"{name} sets settings nothing reads: {unknown}"
+        # production settings require these two
+        assert {"NDSTORE_SECRET_KEY", "NDSTORE_ALLOWED_HOSTS"} <= set(env)
+
+
+def test_compose_backends_are_registered(compose: dict[str, Any]) -> None:
+    wiring = (ROOT / "ndstore" / "wiring.py").read_text()
+    env = compose["services"]["web"]["environment"]
+    for registry, setting in (("OBJECT_STORES", "NDSTORE_OBJECT_STORE"), ("INDEXES", "NDSTORE_INDEX"),
+                              ("LOCKS", "NDSTORE_LOCKS")):
+        block = wiring.split(f"{registry}:", 1)[1].split("}", 1)[0]
+        assert f'"{env[setting]}":' in block, (setting, env[setting])
+
+
+def test_compose_migrate_command_exists(compose: dict[str, Any]) -> None:
+    cmd = compose["services"]["migrate"]["command"]
+    if cmd[:3] == ["python", "-m", "django"]:
+        assert (ROOT / "ndstore/api/management/commands" / f"{cmd[3]}.py").exists(), cmd
+    else:
+        assert cmd[:3] == ["python", "-m", "ndstore.client.cli"], cmd
+        cli = (ROOT / "ndstore/client/cli.py").read_text()
+        assert re.search(rf"def {cmd[3]}\(|command\(\s*(name=)?\"{cmd[3]}\"", cli), cmd
 
 
 def test_compose_mounts_exist(compose: dict[str, Any]) -> None:
-    for svc in compose["services"].values():
+    named = set(compose.get("volumes") or {})
+    for name, svc in compose["services"].items():
         for volume in svc.get("volumes", []):
             source = volume.split(":")[0]
-            if source.startswith("./"):
-                assert (ROOT / source).exists(), source
+            if source.startswith((".", "/")):  # a bind mount: a file of the repository
+                assert not source.startswith("/"), (name, source)
+                assert (ROOT / source).exists(), (name, source)
+            else:
+                assert source in named, (name, source)
 
 
-def test_dockerfile_runs_gunicorn_as_non_root() -> None:
-    lines = [ln.strip() for ln in (ROOT / "Dockerfile").read_text().splitlines() if ln.strip()]
-    assert next(ln for ln in lines if not ln.startswith("#")).startswith("FROM ")
-    users = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
-    assert users and users[-1] not in ("root", "0")
-    cmd = next(ln for ln in lines if ln.startswith("CMD "))
-    assert "deploy/gunicorn.conf.py" in cmd
-    for env in re.findall(r"(NDSTORE_[A-Z0-9_]+)=", (ROOT / "Dockerfile").read_text()):
-        assert env in settings_read_by_code()
-
+# --- deploy/nginx.conf ------------------------------------------------------------------------
 
 def _nginx_text() -> str:
     return (ROOT / "deploy" / "nginx.conf").read_text()
 
 
+def _without_comments(text: str) -> str:
+    return "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+
+
+def test_nginx_braces_balance() -> None:
+    depth = 0
+    for ch in _without_comments(_nginx_text()):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        assert depth >= 0
+    assert depth == 0
+
+
 def test_nginx_routes_by_prefix() -> None:
-    text = _nginx_text()
-    assert text.count("{") == text.count("}")
-    assert re.search(r"upstream web\s*{", text)
-    for prefix in ("/v1/blaze/", "/v1/ingest/", "/v1/", "/"):
-        assert re.search(rf"location {re.escape(prefix)}\s*{{", text), prefix
-    assert "client_max_body_size 1g" in text
+    text = _without_comments(_nginx_text())
+    assert re.search(r"^\s*events\s*{", text, re.M) and re.search(r"^\s*http\s*{", text, re.M)
+    upstream = re.search(r"upstream web\s*{([^}]*)}", text)
+    assert upstream and "server web:8000;" in upstream.group(1) and "keepalive" in upstream.group(1)
+    blocks = dict(re.findall(r"location\s+(\S+)\s*{([^}]*)}", text))
+    assert {"/v1/blaze/", "/v1/ingest/", "/v1/", "/"} <= set(blocks)
+    for prefix, body in blocks.items():
+        assert "proxy_pass http://web;" in body, prefix
+    assert "proxy_request_buffering off;" in blocks["/v1/"]
+    assert "client_max_body_size 1g;" in text
+    assert "proxy_read_timeout 300s;" in text and "proxy_send_timeout 300s;" in text
+    # upstream keepalive needs HTTP/1.1 and an empty Connection header
+    assert "proxy_http_version 1.1;" in text and 'proxy_set_header Connection "";' in text
 
 
 def test_nginx_accepts_the_config(tmp_path: Path) -> None:
     nginx = shutil.which("nginx")
     if nginx is None:
-        pytest.skip("nginx is not installed here; the syntax check runs where it is")
+        pytest.skip("nginx is not installed on this machine; `nginx -t` runs where it is")
+    text = _nginx_text().replace("server web:8000;", "server 127.0.0.1:8000;")
+    # keep the check inside tmp_path: its own temp dirs and pid file
+    temps = "".join(f"    {kind}_temp_path {tmp_path / kind};\n"
+                    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    text = text.replace("http {\n", "http {\n" + temps, 1)
     conf = tmp_path / "nginx.conf"
-    local = _nginx_text().replace("server web:8000", "server 127.0.0.1:8000")
-    conf.write_text(local.replace("listen 80", "listen 127.0.0.1:18080"))
-    result = subprocess.run([nginx, "-t", "-c", str(conf), "-p", str(tmp_path)], capture_output=True, text=True)
+    conf.write_text(text.replace("listen 80;", "listen 127.0.0.1:18080;"))
+    result = subprocess.run([nginx, "-t", "-c", str(conf), "-p", str(tmp_path), "-g", f"pid {tmp_path}/nginx.pid;"],
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

@@ -1,0 +1,148 @@
+"""The cache tier through the HTTP service (the paper's Fig. 7 and 8 at this machine's scale):
+hot-cache read, cold-cache read and cache write of aligned 16 MiB regions vs client threads,
+and the latency of a hot 512x512x16 cutout, beside the ceilings of the same run (Redis HMGET and
+HSET of a supercuboid's 64 cuboids, loopback HTTP, blosc).
+
+    python -m benchmarks.bench_cache [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import blosc
+import numpy as np
+import redis
+
+from benchmarks.bench_direct import GRID, REGION_BYTES, SC, blosc_rates, loopback_rates
+from benchmarks.common import (
+    Stack,
+    concurrent_rate,
+    create_dataset,
+    fmt,
+    hardware,
+    local_stack,
+    read_body,
+    summary,
+    write_results,
+)
+from ndstore.core.chunks import compress_cuboid, cuboid_boxes
+from ndstore.core.synthetic import em_like
+
+
+def region(stack: Stack, prefix: str, i: int, path: str = "cutout") -> str:
+    x0 = i * SC[0]
+    return f"{stack.url}/v1/{path}/{prefix}/{x0}:{x0 + SC[0]}/0:{SC[1]}/0:{SC[2]}/"
+
+
+def cache_rates(stack: Stack, prefix: str, bodies: list[bytes], threads: int, rounds: int) -> dict[str, Any]:
+    sessions = [stack.session() for _ in range(threads)]
+    cache = redis.Redis.from_url(stack.redis_url)
+
+    def post(i: int, path: str) -> int:
+        sessions[i].post(region(stack, prefix, i, path), data=bodies[i],
+                         headers={"Content-Type": "application/blosc"}).raise_for_status()
+        return REGION_BYTES
+
+    def read(i: int) -> int:
+        blosc.decompress(read_body(sessions[i], region(stack, prefix, i), {"Accept": "application/blosc"}))
+        return REGION_BYTES
+
+    for i in range(threads):
+        post(i, "direct/cutout")  # the base tier holds every region; the cache holds nothing dirty
+    cold = []
+    for _ in range(rounds):
+        cache.flushdb()
+        cold.append(concurrent_rate(read, threads))
+    read(0)
+    hot = [concurrent_rate(read, threads) for _ in range(rounds)]
+    write = [concurrent_rate(lambda i: post(i, "cutout"), threads) for _ in range(rounds)]
+    return {"cold_read": summary(cold), "hot_read": summary(hot), "write": summary(write)}
+
+
+def redis_ceilings(url: str, volume: np.ndarray, rounds: int) -> dict[str, Any]:
+    """HSET/HMGET of one supercuboid's 64 compressed cuboids, in raw-voxel MB/s."""
+    from ndstore.storage import redis_client
+
+    client = redis_client.connect(url)
+    blobs = {str(n): compress_cuboid(volume[b.slices_zyx()]) for n, b in enumerate(cuboid_boxes(GRID.cuboid,
+                                                                                               GRID.cuboids_per_super))}
+
+    def timed(fn: Any) -> float:
+        start = time.perf_counter()
+        fn()
+        return REGION_BYTES / (time.perf_counter() - start) / 1e6
+
+    hset = [timed(lambda: client.hset("ceiling", mapping=blobs)) for _ in range(rounds)]
+    hmget = [timed(lambda: client.hmget("ceiling", list(blobs))) for _ in range(rounds)]
+    client.delete("ceiling")
+    return {"hset": summary(hset), "hmget": summary(hmget)}
+
+
+def hot_latency(stack: Stack, prefix: str, n: int) -> dict[str, float]:
+    s = stack.session()
+    url = f"{stack.url}/v1/cutout/{prefix}/0:512/0:512/0:16/"
+    read_body(s, url, {"Accept": "application/blosc"})
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        blosc.decompress(read_body(s, url, {"Accept": "application/blosc"}))
+        times.append((time.perf_counter() - start) * 1000)
+    times.sort()
+    return {"p50_ms": statistics.median(times), "p99_ms": times[int(0.99 * (len(times) - 1))], "n": n}
+
+
+HEADER = ["what", "client threads", "MB/s median (min–max)", "ratio to ceiling"]
+
+
+def _ratio(value: dict[str, float], ceiling: float, name: str) -> str:
+    return f"{value['median'] / ceiling:.2f} of {name}"
+
+
+def table(record: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    redis_c, b, lat = record["redis"], record["blosc"], record["latency"]
+    for threads, r in record["cache"].items():
+        loop = record["loopback"][threads]["get"]["median"]
+        rows.append(["hot-cache read", str(threads), fmt(r["hot_read"]), _ratio(r["hot_read"], loop, "loopback GET")])
+        rows.append(["cold-cache read", str(threads), fmt(r["cold_read"]),
+                     _ratio(r["cold_read"], loop, "loopback GET")])
+        rows.append(["cache write", str(threads), fmt(r["write"]),
+                     _ratio(r["write"], redis_c["hset"]["median"], "Redis HSET")])
+    for threads, r in record["loopback"].items():
+        rows.append(["ceiling: loopback HTTP 16 MiB GET / POST", str(threads), f"{fmt(r['get'])} / {fmt(r['post'])}",
+                     ""])
+    rows.append(["ceiling: Redis HMGET / HSET of 64 cuboids", "1",
+                 f"{fmt(redis_c['hmget'])} / {fmt(redis_c['hset'])}", ""])
+    rows.append(["ceiling: blosc lz4 compress / decompress", "1", f"{fmt(b['compress'])} / {fmt(b['decompress'])}", ""])
+    rows.append(["hot 512x512x16 cutout latency", "1", f"p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms", ""])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and thread counts (< 3 minutes)")
+    args = parser.parse_args()
+    rounds, thread_counts = (3, [1, 2]) if args.quick else (5, [1, 2, 4, 8])
+    volumes = [em_like((SC[2], SC[1], SC[0]), seed=i) for i in range(max(thread_counts))]
+    bodies = [blosc.compress(v, typesize=1, cname="lz4", clevel=5) for v in volumes]
+    record: dict[str, Any] = {"hardware": hardware(), "quick": args.quick, "rounds": rounds,
+                              "blosc": blosc_rates(volumes[0], rounds), "cache": {},
+                              "loopback": {t: loopback_rates(volumes[0].tobytes(), t, rounds) for t in thread_counts}}
+    with local_stack({"NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite"}) as stack:
+        prefix = create_dataset(stack, (SC[0] * max(thread_counts), SC[1], SC[2]))
+        record["redis"] = redis_ceilings(stack.redis_url, volumes[0], rounds)
+        for threads in thread_counts:
+            record["cache"][threads] = cache_rates(stack, prefix, bodies, threads, rounds)
+            r = record["cache"][threads]
+            print(f"x{threads}: hot {fmt(r['hot_read'])}, cold {fmt(r['cold_read'])}, write {fmt(r['write'])}",
+                  flush=True)
+        record["latency"] = hot_latency(stack, prefix, 50 if args.quick else 200)
+    print(write_results("cache_tier", record, table(record), HEADER))
+
+
+if __name__ == "__main__":
+    main()
