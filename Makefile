@@ -19,9 +19,11 @@ test: system-deps venv
 
 bench: system-deps venv
 	$(PY) -m benchmarks.bench_direct
+	$(PY) -m benchmarks.bench_cache
 
 bench-quick: system-deps venv
 	$(PY) -m benchmarks.bench_direct --quick
+	$(PY) -m benchmarks.bench_cache --quick
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -1,8 +1,10 @@
 """The cache tier: reads and writes through Redis, written back to the base tier.
 
-Read: plan the box into supercuboids; page in the ones not resident (each under its write lock,
-re-checked there, so concurrent misses of one supercuboid fetch it once); then under read locks
-fetch just the cuboids the box touches, release, update access times and assemble.
+Read: plan the box into supercuboids; take read locks on the resident ones and write locks on
+the missing ones, together (one consistent snapshot); page in what is still missing (re-checked
+under its write lock, so concurrent misses of one supercuboid fetch it once) and use those blobs
+directly; fetch just the cuboids the box touches of the others; release, update access times
+and assemble.
 Write: under write locks, page in what is missing, merge partly covered cuboids, store the new
 cuboid blobs and mark the supercuboids dirty; the flusher writes them back (or, for a
 write-through channel, the write does before it returns).
@@ -63,13 +65,11 @@ class CacheTier:
         grid, jobs = self.base.plan(cutout)
         keys = list({key.name: key for key, _, _ in jobs}.values())
         names = [k.name for k in keys]
-        for _ in range(5):  # a supercuboid evicted between page-in and read-lock: page in again
-            self.page_in(keys, cutout.channel.dtype, grid)
-            with self.locks.read(names):
-                if all(self.cache.resident(names)):
-                    wanted = {key.name: [n for n, _, _ in self._touching(part, grid)] for key, _, part in jobs}
-                    blobs = self.cache.get_many(wanted)
-                    break
+        wanted = {key.name: [n for n, _, _ in self._touching(part, grid)] for key, _, part in jobs}
+        for _ in range(5):
+            blobs = self._read_blobs(keys, wanted, cutout.channel.dtype, grid)
+            if blobs is not None:
+                break
         else:
             raise StorageError("the cache evicted this box's supercuboids faster than it could read them; try again")
         self.cache.touch(names, self.clock())
@@ -77,6 +77,25 @@ class CacheTier:
         run_all(self._pool, lambda job: self._decode(job, blobs[job[0].name], wanted[job[0].name], grid, out,
                                                      cutout), jobs)
         return out
+
+    def _read_blobs(self, keys: list[SupercuboidKey], wanted: dict[str, list[int]], dtype: np.dtype,
+                    grid: Grid) -> dict[str, list[bytes | None]] | None:
+        """One consistent snapshot of the wanted cuboids: read locks on the resident
+        supercuboids and write locks on the missing ones, all held together; the missing ones
+        are paged in (each fetched once, whoever gets its write lock first) and their blobs used
+        straight away. None when a supercuboid was evicted before its read lock was taken."""
+        names = [k.name for k in keys]
+        was_resident = dict(zip(names, self.cache.resident(names)))
+        missing = [k for k in keys if not was_resident[k.name]]
+        with self.locks.mixed(reads=[n for n in names if was_resident[n]], writes=[k.name for k in missing]):
+            resident = dict(zip(names, self.cache.resident(names)))
+            if any(was_resident[n] and not resident[n] for n in names):
+                return None
+            fetched = self._fetch([k for k in missing if not resident[k.name]], dtype, grid)
+            blobs = self.cache.get_many({n: wanted[n] for n in names if n not in fetched})
+        for name, all_blobs in fetched.items():
+            blobs[name] = [all_blobs[i] for i in wanted[name]]
+        return blobs
 
     @staticmethod
     def _touching(part: SupercuboidPart, grid: Grid) -> list[Any]:
@@ -90,22 +109,19 @@ class CacheTier:
         decode_blobs_region(dict(zip(numbers, blobs)), grid.cuboid, grid.cuboids_per_super,  # type: ignore[arg-type]
                             part.local_region(grid), out[ti][part.in_box(cutout.box)])
 
-    def page_in(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid, locked: bool = False) -> None:
-        """Make ``keys`` resident, fetching each missing one from the base tier once."""
+    def page_in(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid) -> None:
+        """Make ``keys`` resident; the caller holds their write locks."""
         missing = [k for k, r in zip(keys, self.cache.resident([k.name for k in keys])) if not r]
-        if not missing:
-            return
-        if locked:
-            self._fetch(missing, dtype, grid)
-            return
-        with self.locks.write([k.name for k in missing]):
-            still = [k for k, r in zip(missing, self.cache.resident([k.name for k in missing])) if not r]
-            self._fetch(still, dtype, grid)
+        self._fetch(missing, dtype, grid)
 
-    def _fetch(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid) -> None:
+    def _fetch(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid) -> dict[str, list[bytes]]:
+        """Copy supercuboids from the base tier into the cache; return their cuboid blobs."""
+        if not keys:
+            return {}
         by_object = {k.object_key: k for k in keys}
         count = int(np.prod(grid.cuboids_per_super))
         now = self.clock()
+        fetched: dict[str, list[bytes]] = {}
         for object_key, obj in self.base.objects.get_many(list(by_object)):
             if obj is None:
                 blobs = [b""] * count  # known all-zero: no further base-tier access for it
@@ -113,8 +129,10 @@ class CacheTier:
                 stored_dtype, _, _, blobs = split_supercuboid(obj)
                 if stored_dtype != dtype:
                     raise InvalidBody(f"stored supercuboid has dtype {stored_dtype}, channel has {dtype}")
-            self.cache.put(by_object[object_key].name, {META: _meta(dtype, grid), **dict(enumerate(blobs))},
-                           now, dirty=False)
+            name = by_object[object_key].name
+            self.cache.put(name, {META: _meta(dtype, grid), **dict(enumerate(blobs))}, now, dirty=False)
+            fetched[name] = blobs
+        return fetched
 
     # -- writes ------------------------------------------------------------------------------
     def write(self, cutout: Cutout, data: Array) -> None:
@@ -123,7 +141,7 @@ class CacheTier:
         grid, jobs = self.base.plan(cutout)
         keys = list({key.name: key for key, _, _ in jobs}.values())
         with self.locks.write([k.name for k in keys]):
-            self.page_in(keys, cutout.channel.dtype, grid, locked=True)
+            self.page_in(keys, cutout.channel.dtype, grid)
             run_all(self._pool, lambda job: self._merge(job, grid, data[job[1]][job[2].in_box(cutout.box)]), jobs)
             if cutout.channel.write_through:
                 for key in keys:

@@ -52,6 +52,10 @@ class RWLocks(ExclusiveLocks, Protocol):
 
     def write(self, names: Sequence[str], timeout_s: float | None = None) -> AbstractContextManager[None]: ...
 
+    def mixed(self, reads: Sequence[str] = (), writes: Sequence[str] = (),
+              timeout_s: float | None = None) -> AbstractContextManager[None]:
+        """Read locks on some names and write locks on others, held together."""
+
 
 class CuboidCache(Protocol):
     """Cuboid blobs of resident supercuboids by name, with an LRU index and a dirty set.

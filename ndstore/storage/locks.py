@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from ndstore.core.errors import LockTimeout
 
@@ -35,3 +35,7 @@ class LocalLocks:
 
     read = hold
     write = hold
+
+    def mixed(self, reads: Sequence[str] = (), writes: Sequence[str] = (),
+              timeout_s: float | None = None) -> AbstractContextManager[None]:
+        return self.hold([*reads, *writes], timeout_s)

@@ -20,7 +20,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import redis
@@ -111,26 +111,26 @@ class RedisRWLocks:
         self._renewer = threading.Thread(target=self._renew_forever, daemon=True, name="rwlock-renew")
         self._renewer.start()
 
-    @contextmanager
-    def read(self, names: Sequence[str], timeout_s: float | None = None) -> Iterator[None]:
-        with self._hold(names, "read", timeout_s):
-            yield
+    def read(self, names: Sequence[str], timeout_s: float | None = None) -> AbstractContextManager[None]:
+        return self.mixed(reads=names, timeout_s=timeout_s)
 
-    @contextmanager
-    def write(self, names: Sequence[str], timeout_s: float | None = None) -> Iterator[None]:
-        with self._hold(names, "write", timeout_s):
-            yield
+    def write(self, names: Sequence[str], timeout_s: float | None = None) -> AbstractContextManager[None]:
+        return self.mixed(writes=names, timeout_s=timeout_s)
 
     hold = write
 
     @contextmanager
-    def _hold(self, names: Sequence[str], mode: str, timeout_s: float | None) -> Iterator[None]:
+    def mixed(self, reads: Sequence[str] = (), writes: Sequence[str] = (),
+              timeout_s: float | None = None) -> Iterator[None]:
+        """Read locks on ``reads`` and write locks on ``writes`` (a name in both: write), held
+        together, taken in one sorted order with every other caller's."""
         token = secrets.token_hex(12)
+        modes = {**{n: "read" for n in reads}, **{n: "write" for n in writes}}
         taken: list[str] = []
         try:
             deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
-            for name in sorted(set(names)):
-                self._acquire(name, token, mode, deadline)
+            for name in sorted(modes):
+                self._acquire(name, token, modes[name], deadline)
                 taken.append(name)
             yield
         finally:
