@@ -1,35 +1,50 @@
 """Direct I/O of aligned 16 MiB regions through the HTTP service, against the base tier's own
 rate measured in the same run (DESIGN.md §8: direct read/write >= 80% of the object store's rate).
 
-Each client thread reads or writes its own aligned supercuboid (512x512x64 uint8, EM-like data)
-at /v1/direct/cutout/ with application/blosc bodies. Backends: the local file store (fsync on)
-and S3 + DynamoDB on moto's server. Ceilings of the same run: the object store's PUT/GET of the
-very objects the service stores, loopback HTTP of a 16 MiB body, blosc on the same data.
+Each client thread (its own requests.Session) writes or reads its own aligned supercuboid
+(512x512x64 uint8, EM-like data) at /v1/direct/cutout/ with application/blosc bodies: bodies are
+compressed before timing; responses are read with stream + raw.read() and decoded as a client
+would. Base tiers: the local file store (fsync on, SQLite index) and S3 + DynamoDB on moto's
+server (in a process of its own). Ceilings of the same run: the object store's own PUT/GET of the
+very objects the service stores (interleaved round by round with the service figures, so each
+ratio is taken under the same machine load), loopback HTTP of a 16 MiB body, and blosc on the data.
 
-    python -m benchmarks.bench_direct [--quick]
+    python -m benchmarks.bench_direct [--quick] [--backends file,moto]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
-import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import blosc
+import boto3
 import numpy as np
-import requests
+import numpy.typing as npt
+from botocore.config import Config
 
 from benchmarks.common import (
+    AWS_TEST_CREDENTIALS,
+    CeilingStore,
     Stack,
+    blosc_rates,
+    client_decode,
     concurrent_rate,
+    cpu_seconds,
     create_dataset,
     fmt,
     hardware,
     local_stack,
-    loopback_http,
+    loopback_rates,
+    markdown_table,
+    moto_server,
+    object_store_rates,
+    own_cpu_seconds,
     read_body,
     summary,
     write_results,
@@ -38,160 +53,271 @@ from ndstore.core.chunks import encode_supercuboid
 from ndstore.core.geometry import grid_for_level
 from ndstore.core.synthetic import em_like
 from ndstore.storage.filestore import FileObjectStore
-from ndstore.storage.interfaces import ObjectStore
-from ndstore.storage.s3 import S3ObjectStore
+
+__all__ = ["GRID", "REGION_BYTES", "SC", "blosc_rates", "loopback_rates", "main"]  # bench_cache imports these
 
 GRID = grid_for_level("anisotropic", 0, 1)
-SC = GRID.supercuboid  # (512, 512, 64)
+SC = GRID.supercuboid  # (512, 512, 64) voxels, x y z
 REGION_BYTES = SC[0] * SC[1] * SC[2]
+MEASURES = ("write", "put", "read", "get")
 
 
-def region_url(stack: Stack, prefix: str, i: int) -> str:
-    x0 = i * SC[0]
-    return f"{stack.url}/v1/direct/cutout/{prefix}/{x0}:{x0 + SC[0]}/0:{SC[1]}/0:{SC[2]}/"
+@dataclass(frozen=True)
+class Settings:
+    rounds: int
+    reps: int  # requests per client thread in one round
+    thread_counts: list[int]
 
 
-def service_rates(stack: Stack, prefix: str, bodies: list[bytes], threads: int, rounds: int) -> dict[str, Any]:
-    sessions = [stack.session() for _ in range(threads)]
+QUICK = Settings(rounds=3, reps=2, thread_counts=[1, 2])
+FULL = Settings(rounds=9, reps=3, thread_counts=[1, 2, 4])
 
-    def write(i: int) -> int:
-        r = sessions[i].post(region_url(stack, prefix, i), data=bodies[i],
-                             headers={"Content-Type": "application/blosc"})
+
+# --- base-tier backends and their own PUT/GET ---------------------------------------------------
+
+
+class FileCeiling:
+    """The file store's own PUT/GET: FileObjectStore.put_many/get_many with fsync, as the service
+    does it, in a directory of its own."""
+
+    def __init__(self, root: Path):
+        self.store = FileObjectStore(root, fsync=True)
+        self.store.ensure_ready()
+
+    def put(self, key: str, data: bytes) -> None:
+        self.store.put_many({key: data})
+
+    def get(self, key: str) -> bytes:
+        ((_, blob),) = self.store.get_many([key])
+        assert blob is not None
+        return blob
+
+
+class S3Ceiling:
+    """boto3 put_object/get_object against the same endpoint, bucket of its own."""
+
+    def __init__(self, endpoint: str, bucket: str = "ceiling-bucket"):
+        creds = AWS_TEST_CREDENTIALS
+        self.bucket = bucket
+        self.s3 = boto3.session.Session().client(
+            "s3", endpoint_url=endpoint, region_name=creds["AWS_DEFAULT_REGION"],
+            aws_access_key_id=creds["AWS_ACCESS_KEY_ID"], aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"],
+            config=Config(max_pool_connections=16))
+        self.s3.create_bucket(Bucket=bucket)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    def get(self, key: str) -> bytes:
+        body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"]
+        try:
+            return body.read()  # type: ignore[no-any-return]
+        finally:
+            body.close()
+
+
+@dataclass
+class Backend:
+    name: str
+    env: dict[str, str]
+    ceiling: CeilingStore
+    store_pids: list[int] = field(default_factory=list)  # an object store in processes of its own
+
+
+@contextmanager
+def open_backend(name: str, scratch: Path) -> Iterator[Backend]:
+    """The stack environment and the ceiling store of a base-tier backend ('file' or 'moto')."""
+    if name == "file":
+        yield Backend("file", {"NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite", "NDSTORE_FSYNC": "1"},
+                      FileCeiling(scratch / "ceiling"))
+    elif name == "moto":
+        with moto_server() as moto:
+            env = {"NDSTORE_OBJECT_STORE": "s3", "NDSTORE_S3_ENDPOINT_URL": moto.url, "NDSTORE_INDEX": "dynamodb",
+                   "NDSTORE_DYNAMODB_ENDPOINT_URL": moto.url, **AWS_TEST_CREDENTIALS}
+            yield Backend("moto", env, S3Ceiling(moto.url), [moto.pid])
+    else:
+        raise SystemExit(f"unknown backend {name!r}; use file and/or moto")
+
+
+# --- the service ------------------------------------------------------------------------------
+
+
+class DirectClient:
+    """Client threads each writing/reading their own aligned region at /v1/direct/cutout/."""
+
+    def __init__(self, stack: Stack, prefix: str, bodies: list[bytes], threads: int):
+        self.urls = [self._url(stack, prefix, i) for i in range(threads)]
+        self.sessions = [stack.session() for _ in range(threads)]
+        self.bodies = bodies
+        self.out = [np.empty((SC[2], SC[1], SC[0]), np.uint8) for _ in range(threads)]
+
+    @staticmethod
+    def _url(stack: Stack, prefix: str, i: int) -> str:
+        x0 = i * SC[0]
+        return f"{stack.url}/v1/direct/cutout/{prefix}/{x0}:{x0 + SC[0]}/0:{SC[1]}/0:{SC[2]}/"
+
+    def write(self, i: int) -> int:
+        r = self.sessions[i].post(self.urls[i], data=self.bodies[i], headers={"Content-Type": "application/blosc"})
         r.raise_for_status()
         return REGION_BYTES
 
-    def read(i: int) -> int:
-        body = read_body(sessions[i], region_url(stack, prefix, i), {"Accept": "application/blosc"})
-        blosc.decompress(body)  # what a client (intern) does with it
+    def read(self, i: int) -> int:
+        client_decode(read_body(self.sessions[i], self.urls[i], {"Accept": "application/blosc"}), self.out[i])
         return REGION_BYTES
 
-    write(0), read(0)  # warm the connections and the workers
-    return {"write": summary([concurrent_rate(write, threads) for _ in range(rounds)]),
-            "read": summary([concurrent_rate(read, threads) for _ in range(rounds)])}
+    def close(self) -> None:
+        for s in self.sessions:
+            s.close()
 
 
-def store_rates(store: ObjectStore, objects: list[bytes], threads: int, rounds: int) -> dict[str, Any]:
-    """The store's own PUT/GET of the objects the service writes, in region-equivalent MB/s."""
-    keys = [f"ceiling-{i}" for i in range(threads)]
+@dataclass
+class CpuMeter:
+    """CPU seconds of the service's processes, the object store's (moto; the file store runs in
+    the service), and this client process, summed over the service measurements."""
 
-    def put(i: int) -> int:
-        store.put_many({keys[i]: objects[i]})
-        return REGION_BYTES
+    service: list[int]
+    store: list[int]
+    totals: dict[str, dict[str, float]] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)
 
-    def get(i: int) -> int:
-        next(iter(store.get_many([keys[i]])))
-        return REGION_BYTES
+    def _now(self) -> dict[str, float]:
+        return {"service": cpu_seconds(self.service), "store": cpu_seconds(self.store), "client": own_cpu_seconds()}
 
-    put(0)
-    return {"put": summary([concurrent_rate(put, threads) for _ in range(rounds)]),
-            "get": summary([concurrent_rate(get, threads) for _ in range(rounds)])}
+    def rate(self, what: str, fn: Callable[[int], int], threads: int, reps: int) -> float:
+        before = self._now()
+        rate = concurrent_rate(fn, threads, reps)
+        after = self._now()
+        tally = self.totals.setdefault(what, dict.fromkeys(before, 0.0))
+        for k in tally:
+            tally[k] += after[k] - before[k]
+        self.requests[what] = self.requests.get(what, 0) + threads * reps
+        return rate
 
-
-def loopback_rates(body: bytes, threads: int, rounds: int) -> dict[str, Any]:
-    with loopback_http(body) as url:
-        sessions = [requests.Session() for _ in range(threads)]
-
-        def get(i: int) -> int:
-            return len(read_body(sessions[i], url))
-
-        def post(i: int) -> int:
-            sessions[i].post(url, data=body).raise_for_status()
-            return len(body)
-
-        return {"get": summary([concurrent_rate(get, threads) for _ in range(rounds)]),
-                "post": summary([concurrent_rate(post, threads) for _ in range(rounds)])}
+    def ms_per_region(self) -> dict[str, dict[str, float]]:
+        return {what: {k: 1000 * v / self.requests[what] for k, v in tally.items()}
+                for what, tally in self.totals.items()}
 
 
-def blosc_rates(volume: np.ndarray, rounds: int) -> dict[str, Any]:
-    def timed(fn: Callable[[], object]) -> float:
-        start = time.perf_counter()
-        fn()
-        return volume.nbytes / (time.perf_counter() - start) / 1e6
-
-    packed = blosc.compress(volume, typesize=1, cname="lz4", clevel=5)
-    return {"compress": summary([timed(lambda: blosc.compress(volume, typesize=1, cname="lz4", clevel=5))
-                                 for _ in range(rounds)]),
-            "decompress": summary([timed(lambda: blosc.decompress(packed)) for _ in range(rounds)]),
-            "ratio": len(packed) / volume.nbytes}
-
-
-def backends(names: list[str]) -> Iterator[tuple[str, dict[str, str], Callable[[str], ObjectStore]]]:
-    """Yield (name, stack environment, make_store(data_dir)) for each base-tier backend."""
-    if "file" in names:
-        yield "file", {"NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite"}, \
-            lambda d: FileObjectStore(os.path.join(d, "ceiling"), fsync=True)
-    if "moto" in names:
-        from moto.server import ThreadedMotoServer
-
-        from ndstore.client.localstack import free_port
-
-        port = free_port()
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
-        endpoint = f"http://127.0.0.1:{port}"
-        creds = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
-        os.environ.update(creds)
-        try:
-            env = {"NDSTORE_OBJECT_STORE": "s3", "NDSTORE_S3_ENDPOINT_URL": endpoint, "NDSTORE_INDEX": "dynamodb",
-                   "NDSTORE_DYNAMODB_ENDPOINT_URL": endpoint, **creds}
-            yield "moto", env, lambda d: S3ObjectStore("ceiling-bucket", endpoint)
-        finally:
-            server.stop()
-
-
-def measure_backend(name: str, env: dict[str, str], store: ObjectStore, bodies: list[bytes],
-                    objects: list[bytes], thread_counts: list[int], rounds: int) -> dict[int, Any]:
-    out: dict[int, Any] = {}
-    store.ensure_ready()
-    with local_stack(env) as stack:
-        prefix = create_dataset(stack, (SC[0] * max(thread_counts), SC[1], SC[2]))
-        for threads in thread_counts:
-            out[threads] = {"service": service_rates(stack, prefix, bodies, threads, rounds),
-                            "store": store_rates(store, objects, threads, rounds)}
-            svc, st = out[threads]["service"], out[threads]["store"]
-            out[threads]["write_ratio"] = svc["write"]["median"] / st["put"]["median"]
-            out[threads]["read_ratio"] = svc["read"]["median"] / st["get"]["median"]
-            print(f"{name} x{threads}: write {fmt(svc['write'])} vs PUT {fmt(st['put'])}; "
-                  f"read {fmt(svc['read'])} vs GET {fmt(st['get'])}", flush=True)
+def measure_threads(client: DirectClient, backend: Backend, objects: list[bytes], threads: int,
+                    settings: Settings, service_pids: list[int]) -> dict[str, Any]:
+    """Rounds of (direct write, store PUT, direct read, store GET), interleaved; summaries, the
+    per-round ratios write/PUT and read/GET, and CPU per region of the direct writes and reads."""
+    rounds: dict[str, list[float]] = {m: [] for m in MEASURES}
+    meter = CpuMeter(service_pids, backend.store_pids)
+    # Warm-up, not counted: every thread's connection, worker and region, and every ceiling key.
+    concurrent_rate(client.write, threads), concurrent_rate(client.read, threads)
+    object_store_rates(backend.ceiling, objects, REGION_BYTES, threads)
+    for _ in range(settings.rounds):
+        rounds["write"].append(meter.rate("write", client.write, threads, settings.reps))
+        store = object_store_rates(backend.ceiling, objects, REGION_BYTES, threads, settings.reps)
+        rounds["read"].append(meter.rate("read", client.read, threads, settings.reps))
+        rounds["put"].append(store["put"])
+        rounds["get"].append(store["get"])
+    out: dict[str, Any] = {m: summary(v) for m, v in rounds.items()}
+    out["write_ratio"] = summary([w / p for w, p in zip(rounds["write"], rounds["put"])])
+    out["read_ratio"] = summary([r / g for r, g in zip(rounds["read"], rounds["get"])])
+    out["cpu_ms_per_region"] = meter.ms_per_region()
     return out
 
 
+def measure_backend(backend: Backend, bodies: list[bytes], objects: list[bytes],
+                    settings: Settings) -> dict[int, Any]:
+    out: dict[int, Any] = {}
+    with local_stack(backend.env) as stack:
+        prefix = create_dataset(stack, (SC[0] * max(settings.thread_counts), SC[1], SC[2]))
+        for threads in settings.thread_counts:
+            client = DirectClient(stack, prefix, bodies, threads)
+            try:
+                out[threads] = r = measure_threads(client, backend, objects, threads, settings, stack.pids)
+            finally:
+                client.close()
+            print(f"{backend.name} x{threads}: write {fmt(r['write'])} vs PUT {fmt(r['put'])}; "
+                  f"read {fmt(r['read'])} vs GET {fmt(r['get'])}", flush=True)
+    return out
+
+
+# --- report -----------------------------------------------------------------------------------
+
+HEADER = ["base tier", "client threads", "direct write", "store PUT", "write / PUT", "direct read", "store GET",
+          "read / GET"]
+CEILING_HEADER = ["ceiling (same run)", "client threads", "GET / decompress", "POST / compress"]
+CPU_HEADER = ["base tier", "client threads", "direct write: service / store / client",
+              "direct read: service / store / client"]
+
+
 def table(record: dict[str, Any]) -> list[list[str]]:
-    rows = []
-    for name, by_threads in record["backends"].items():
-        for threads, r in by_threads.items():
-            svc, st = r["service"], r["store"]
-            rows.append([name, str(threads), fmt(svc["write"]), fmt(st["put"]), f"{r['write_ratio']:.2f}",
-                         fmt(svc["read"]), fmt(st["get"]), f"{r['read_ratio']:.2f}"])
-    for threads, r in record["loopback"].items():
-        rows.append(["ceiling: loopback HTTP 16 MiB", str(threads), fmt(r["post"]), "", "", fmt(r["get"]), "", ""])
+    return [[name, str(t), fmt(r["write"]), fmt(r["put"]), fmt(r["write_ratio"], 2),
+             fmt(r["read"]), fmt(r["get"]), fmt(r["read_ratio"], 2)]
+            for name, by_threads in record["backends"].items() for t, r in by_threads.items()]
+
+
+def ceiling_table(record: dict[str, Any]) -> list[list[str]]:
+    rows = [["loopback HTTP, 16 MiB body", str(t), fmt(r["get"]), fmt(r["post"])]
+            for t, r in record["loopback"].items()]
     b = record["blosc"]
-    rows.append([f"ceiling: blosc lz4 (ratio {b['ratio']:.2f})", "1", fmt(b["compress"]), "", "",
-                 fmt(b["decompress"]), "", ""])
+    rows.append([f"python-blosc lz4 clevel 5, 16 MiB EM-like (ratio {b['ratio']:.2f})", "1", fmt(b["decompress"]),
+                 fmt(b["compress"])])
+    rows.append(["blosc2 decompress of that blosc1-format body", "1", fmt(b["blosc2_decompress"]), ""])
     return rows
 
 
-HEADER = ["base tier", "client threads", "direct write", "store PUT", "write/PUT", "direct read", "store GET",
-          "read/GET"]
+def cpu_table(record: dict[str, Any]) -> list[list[str]]:
+    def cell(c: dict[str, float]) -> str:
+        return f"{c['service']:.0f} / {c['store']:.0f} / {c['client']:.0f}"
+
+    return [[name, str(t), cell(r["cpu_ms_per_region"]["write"]), cell(r["cpu_ms_per_region"]["read"])]
+            for name, by_threads in record["backends"].items() for t, r in by_threads.items()]
+
+
+NOTES = """\
+Each client thread writes/reads its own aligned 512x512x64 uint8 region (16 MiB) at
+/v1/direct/cutout/ with application/blosc bodies; {reps} requests per thread per round, {rounds} rounds.
+Store PUT/GET are the object store's own rates for the very objects the service stores (encoded
+supercuboids, about {obj_ratio:.2f} of the raw bytes), counted in raw-voxel MB/s; file: FileObjectStore
+put_many/get_many with fsync (GETs come from the page cache), moto: boto3 put_object/get_object
+against moto's server in a process of its own. Ratios are the median (min–max) of per-round ratios,
+each round measuring the service and the store back to back. The goal (DESIGN.md §8) is >= 0.80."""
+
+
+def report(record: dict[str, Any]) -> str:
+    extra = "\n\n".join([
+        "## Ceilings", markdown_table(CEILING_HEADER, ceiling_table(record)),
+        "## CPU per 16 MiB region (ms; service = gunicorn, Redis and the daemons; store = moto's process)",
+        markdown_table(CPU_HEADER, cpu_table(record)),
+        NOTES.format(reps=record["reps"], rounds=record["rounds"], obj_ratio=record["object_ratio"]),
+    ])
+    return write_results("direct_io", record, table(record), HEADER, extra)
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+def workload(threads: int) -> tuple[list[npt.NDArray[np.uint8]], list[bytes], list[bytes]]:
+    """Per thread: the EM-like volume, its blosc wire body, and its base-tier object."""
+    volumes = [em_like((SC[2], SC[1], SC[0]), seed=i) for i in range(threads)]
+    bodies = [blosc.compress(v, typesize=1, cname="lz4", clevel=5) for v in volumes]
+    objects = [encode_supercuboid(v, GRID.cuboid, GRID.cuboids_per_super) or b"" for v in volumes]
+    return volumes, bodies, objects
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and thread counts (< 3 minutes)")
-    parser.add_argument("--backends", default="file,moto")
+    parser.add_argument("--backends", default="file,moto", help="comma-separated: file, moto")
     args = parser.parse_args()
-    rounds, thread_counts = (3, [1, 2]) if args.quick else (5, [1, 2, 4])
-    volumes = [em_like((SC[2], SC[1], SC[0]), seed=i) for i in range(max(thread_counts))]
-    bodies = [blosc.compress(v, typesize=1, cname="lz4", clevel=5) for v in volumes]
-    objects = [encode_supercuboid(v, GRID.cuboid, GRID.cuboids_per_super) or b"" for v in volumes]
-    record: dict[str, Any] = {"hardware": hardware(), "quick": args.quick, "rounds": rounds,
-                              "blosc": blosc_rates(volumes[0], rounds), "backends": {},
-                              "loopback": {t: loopback_rates(volumes[0].tobytes(), t, rounds) for t in thread_counts}}
+    settings = QUICK if args.quick else FULL
+    volumes, bodies, objects = workload(max(settings.thread_counts))
+    record: dict[str, Any] = {
+        "hardware": hardware(), "quick": args.quick, "rounds": settings.rounds, "reps": settings.reps,
+        "region_bytes": REGION_BYTES, "object_ratio": len(objects[0]) / REGION_BYTES,
+        "blosc": blosc_rates(volumes[0], max(settings.rounds, 5)), "backends": {},
+        "loopback": {t: loopback_rates(volumes[0].tobytes(), t, settings.rounds, settings.reps)
+                     for t in settings.thread_counts}}
     with tempfile.TemporaryDirectory(prefix="ndbench-store-") as tmp:
-        for name, env, make_store in backends(args.backends.split(",")):
-            record["backends"][name] = measure_backend(name, env, make_store(tmp), bodies, objects,
-                                                       thread_counts, rounds)
-    print(write_results("direct_io", record, table(record), HEADER))
+        for name in args.backends.split(","):
+            with open_backend(name.strip(), Path(tmp)) as backend:
+                record["backends"][backend.name] = measure_backend(backend, bodies, objects, settings)
+    print(report(record))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""Shared benchmark helpers: hardware record, statistics, result files, ceilings, a local stack."""
+"""Shared benchmark helpers: the hardware record, round statistics, result files, the ceilings
+every benchmark reports beside its figures (loopback HTTP, blosc, an object store's own PUT/GET),
+loopback-only servers (a blob HTTP server, moto), and a local NDStore stack with a dataset.
+
+Every server started here binds to 127.0.0.1 and is stopped in a ``finally`` block.
+"""
 
 from __future__ import annotations
 
@@ -6,56 +11,93 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import blosc
+import blosc2
+import numpy as np
+import numpy.typing as npt
 import requests
 
-from ndstore.client.localstack import LocalStack, free_port
+from ndstore.client.localstack import LocalStack, free_port, wait_until
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MiB = 1 << 20
 ADMIN_TOKEN = "benchmark-admin-token"
+AWS_TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1"}
+Summary = dict[str, float]
+
+# --- the record -------------------------------------------------------------------------------
 
 
 def hardware() -> dict[str, Any]:
-    import blosc2
     import django
-    import numpy
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor())
     mem = next(int(ln.split()[1]) // 1024 for ln in Path("/proc/meminfo").read_text().splitlines()
                if ln.startswith("MemTotal"))
     return {"cores": os.cpu_count(), "memory_mib": mem, "cpu": cpu, "python": platform.python_version(),
-            "numpy": numpy.__version__, "blosc2": blosc2.__version__, "django": django.__version__,
-            "date": datetime.now(UTC).isoformat(timespec="seconds")}
+            "numpy": np.__version__, "blosc2": blosc2.__version__, "blosc": blosc.__version__,
+            "django": django.__version__, "date": datetime.now(UTC).isoformat(timespec="seconds")}
 
 
-def summary(values: list[float]) -> dict[str, float]:
+def summary(values: list[float]) -> Summary:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
-def fmt(s: dict[str, float]) -> str:
-    return f"{s['median']:.0f} ({s['min']:.0f}–{s['max']:.0f})"
+def fmt(s: Summary, digits: int = 0) -> str:
+    return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
 
 
-def concurrent_rate(fn: Callable[[int], int], threads: int) -> float:
-    """Run fn(i) in ``threads`` threads at once; return the total bytes / wall seconds in MB/s."""
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def write_results(name: str, record: dict[str, Any], table: list[list[str]], header: list[str],
+                  extra_md: str = "") -> str:
+    """Write results/{name}.json and results/{name}.md (the table, then ``extra_md``); return the md."""
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
+    hw = record["hardware"]
+    md = (f"# {name}\n\n{hw['cores']} cores, {hw['memory_mib']} MiB, {hw['cpu']}; Python {hw['python']}, "
+          f"numpy {hw['numpy']}, blosc2 {hw['blosc2']}, Django {hw.get('django', '?')}; {hw['date']}.\n"
+          "Figures are MB/s of raw voxels: median (min–max) of the rounds.\n\n"
+          + markdown_table(header, table) + "\n" + (f"\n{extra_md.strip()}\n" if extra_md else ""))
+    (RESULTS / f"{name}.md").write_text(md)
+    return md
+
+
+# --- timing -----------------------------------------------------------------------------------
+
+
+def concurrent_rate(fn: Callable[[int], int], threads: int, reps: int = 1) -> float:
+    """Run fn(i) ``reps`` times in each of ``threads`` threads at once; return the total bytes
+    fn reported / wall seconds, in MB/s."""
     done: list[int] = [0] * threads
     barrier = threading.Barrier(threads + 1)
+    errors: list[BaseException] = []
 
     def worker(i: int) -> None:
         barrier.wait()
-        done[i] = fn(i)
+        try:
+            for _ in range(reps):
+                done[i] += fn(i)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
 
     pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
     for t in pool:
@@ -64,20 +106,83 @@ def concurrent_rate(fn: Callable[[int], int], threads: int) -> float:
     start = time.perf_counter()
     for t in pool:
         t.join()
-    return sum(done) / (time.perf_counter() - start) / 1e6
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return sum(done) / elapsed / 1e6
 
 
-def write_results(name: str, record: dict[str, Any], table: list[list[str]], header: list[str]) -> str:
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in table]
-    hw = record["hardware"]
-    md = (f"# {name}\n\n{hw['cores']} cores, {hw['memory_mib']} MiB, {hw['cpu']}; Python {hw['python']}, "
-          f"numpy {hw['numpy']}, blosc2 {hw['blosc2']}; {hw['date']}.\n"
-          "Figures are MB/s of raw voxels: median (min–max) of the rounds.\n\n" + "\n".join(lines) + "\n")
-    (RESULTS / f"{name}.md").write_text(md)
-    return md
+def timed_rate(fn: Callable[[], object], nbytes: int) -> float:
+    start = time.perf_counter()
+    fn()
+    return nbytes / (time.perf_counter() - start) / 1e6
+
+
+def cpu_seconds(roots: list[int]) -> float:
+    """User + system CPU seconds used so far by the processes ``roots`` and all their descendants
+    (from /proc; a process that has exited is no longer counted)."""
+    parent, used = {}, {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        pid = int(entry.name)
+        parent[pid], used[pid] = int(fields[1]), int(fields[11]) + int(fields[12])
+    tree, frontier = set(roots), set(roots)
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier and pid not in tree}
+        tree |= frontier
+    return sum(used.get(pid, 0) for pid in tree) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+# --- client side of a cutout ------------------------------------------------------------------
+
+
+def read_body(session: requests.Session, url: str, headers: dict[str, str] | None = None) -> bytes:
+    """GET without requests' .content overhead (stream + raw.read)."""
+    with session.get(url, headers=headers, stream=True) as r:
+        r.raise_for_status()
+        return r.raw.read()  # type: ignore[no-any-return]
+
+
+_BLOSC1_MAX_VERSION = 2
+
+
+def client_decode(body: bytes, out: npt.NDArray[Any]) -> None:
+    """Decode an application/blosc body into ``out`` as a client would, with the faster library
+    for its format: blosc2 reads blosc1-format buffers (what python-blosc writes, and what the
+    service sends) about 8x slower than python-blosc does here; blosc2 for its own format."""
+    if body[0] <= _BLOSC1_MAX_VERSION:
+        blosc.decompress_ptr(body, out.ctypes.data)
+    else:
+        blosc2.decompress2(body, dst=out)
+
+
+# --- ceilings ---------------------------------------------------------------------------------
+
+
+def blosc_rates(volume: npt.NDArray[Any], rounds: int) -> dict[str, Any]:
+    """In-process codec ceilings on ``volume`` with the wire settings (lz4, clevel 5): python-blosc
+    compress / decompress (the service's and a client's codec), and blosc2 decompress of the same
+    blosc1-format buffer (a client that uses blosc2)."""
+    packed = blosc.compress(volume, typesize=volume.dtype.itemsize, cname="lz4", clevel=5)
+    out = np.empty_like(volume)
+    runs: dict[str, Callable[[], object]] = {
+        "compress": lambda: blosc.compress(volume, typesize=volume.dtype.itemsize, cname="lz4", clevel=5),
+        "decompress": lambda: blosc.decompress_ptr(packed, out.ctypes.data),
+        "blosc2_decompress": lambda: blosc2.decompress2(packed, dst=out),
+    }
+    rates: dict[str, Any] = {k: summary([timed_rate(fn, volume.nbytes) for _ in range(rounds)])
+                             for k, fn in runs.items()}
+    return {**rates, "ratio": len(packed) / volume.nbytes}
 
 
 class _Blob(BaseHTTPRequestHandler):
@@ -116,11 +221,92 @@ def loopback_http(body: bytes) -> Iterator[str]:
         server.server_close()
 
 
-def read_body(session: requests.Session, url: str, headers: dict[str, str] | None = None) -> bytes:
-    """GET without requests' .content overhead (stream + raw.read)."""
-    with session.get(url, headers=headers, stream=True) as r:
-        r.raise_for_status()
-        return r.raw.read()  # type: ignore[no-any-return]
+def loopback_rates(body: bytes, threads: int, rounds: int, reps: int = 1) -> dict[str, Any]:
+    """GET and POST of ``body`` against a bare HTTP server (the loopback ceiling), each client
+    thread with its own requests.Session, reading as read_body does."""
+    with loopback_http(body) as url:
+        sessions = [requests.Session() for _ in range(threads)]
+
+        def get(i: int) -> int:
+            return len(read_body(sessions[i], url))
+
+        def post(i: int) -> int:
+            sessions[i].post(url, data=body).raise_for_status()
+            return len(body)
+
+        try:
+            return {"get": summary([concurrent_rate(get, threads, reps) for _ in range(rounds)]),
+                    "post": summary([concurrent_rate(post, threads, reps) for _ in range(rounds)])}
+        finally:
+            for s in sessions:
+                s.close()
+
+
+class CeilingStore(Protocol):
+    """An object store's own PUT and GET, with nothing of the service around them."""
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+
+def object_store_rates(store: CeilingStore, objects: list[bytes], region_bytes: int,
+                       threads: int, reps: int = 1) -> dict[str, float]:
+    """One round of PUT then GET of ``objects[i]`` by thread i, in MB/s of ``region_bytes`` per
+    object (so that the rate compares with raw-voxel figures of the same regions)."""
+    keys = [f"ceiling-{i}" for i in range(threads)]
+
+    def put(i: int) -> int:
+        store.put(keys[i], objects[i])
+        return region_bytes
+
+    def get(i: int) -> int:
+        store.get(keys[i])
+        return region_bytes
+
+    return {"put": concurrent_rate(put, threads, reps), "get": concurrent_rate(get, threads, reps)}
+
+
+# --- loopback servers -------------------------------------------------------------------------
+
+
+# moto's threaded server, run by ``python -c`` in a child process with the port as argv[1].
+_MOTO_CHILD = """
+import logging, sys, threading
+from moto.server import ThreadedMotoServer
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+ThreadedMotoServer(ip_address="127.0.0.1", port=int(sys.argv[1]), verbose=False).start()
+threading.Event().wait()
+"""
+
+
+@dataclass(frozen=True)
+class ServerProcess:
+    url: str
+    pid: int
+
+
+@contextmanager
+def moto_server() -> Iterator[ServerProcess]:
+    """moto's S3/DynamoDB server (ThreadedMotoServer) on a free 127.0.0.1 port, in a process of
+    its own, as a real object store would be: it must not share the client's interpreter lock."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", _MOTO_CHILD, str(port)], stdout=subprocess.DEVNULL)
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        wait_until(lambda: proc.poll() is None and requests.get(endpoint, timeout=1).status_code < 500,
+                   f"moto server on port {port}")
+        yield ServerProcess(endpoint, proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# --- the service ------------------------------------------------------------------------------
 
 
 @dataclass
@@ -128,6 +314,7 @@ class Stack:
     url: str
     session_headers: dict[str, str]
     redis_url: str = ""
+    pids: list[int] = field(default_factory=list)  # Redis, the daemons, gunicorn (workers are its children)
 
     def session(self) -> requests.Session:
         s = requests.Session()
@@ -137,24 +324,32 @@ class Stack:
 
 @contextmanager
 def local_stack(extra_env: dict[str, str], workers: int = 2, threads: int = 4) -> Iterator[Stack]:
+    """`ndstore up`'s stack (Redis, daemons, gunicorn) on free 127.0.0.1 ports, data in a temporary
+    directory, the admin token ADMIN_TOKEN; gunicorn logs warnings only."""
     with tempfile.TemporaryDirectory(prefix="ndbench-") as tmp:
-        env = {"NDSTORE_ADMIN_TOKEN": ADMIN_TOKEN, **extra_env}
+        env = {"NDSTORE_ADMIN_TOKEN": ADMIN_TOKEN, "GUNICORN_CMD_ARGS": "--log-level warning", **extra_env}
         stack = LocalStack(Path(tmp), port=free_port(), workers=workers, threads=threads, extra_env=env)
         try:
             stack.start()
             yield Stack(stack.url, {"Authorization": f"Token {ADMIN_TOKEN}"},
-                        f"redis://127.0.0.1:{stack.redis_port}/0")
+                        f"redis://127.0.0.1:{stack.redis_port}/0", [p.pid for p in stack.procs])
         finally:
             stack.stop()
 
 
 def create_dataset(stack: Stack, frame_xyz: tuple[int, int, int], datatype: str = "uint8") -> str:
-    """Create coll/exp/chan 'bench/e/c'; return the cutout prefix `/v1/{path}cutout/bench/e/c/0/`."""
-    s = stack.session()
+    """Create coll/exp/chan 'bench/e/c' in a frame of ``frame_xyz``; return the cutout path prefix
+    'bench/e/c/0' (resolution 0)."""
     x, y, z = frame_xyz
-    for path, body in [("coord/bframe/", {"x_stop": x, "y_stop": y, "z_stop": z}), ("collection/bench/", {}),
-                       ("collection/bench/experiment/e/", {"coord_frame": "bframe"}),
-                       ("collection/bench/experiment/e/channel/c/", {"datatype": datatype})]:
-        r = s.post(f"{stack.url}/v1/{path}", json=body)
-        assert r.status_code == 201, r.text
+    steps: list[tuple[str, dict[str, Any]]] = [
+        ("coord/bframe/", {"x_stop": x, "y_stop": y, "z_stop": z}),
+        ("collection/bench/", {}),
+        ("collection/bench/experiment/e/", {"coord_frame": "bframe", "hierarchy_method": "anisotropic"}),
+        ("collection/bench/experiment/e/channel/c/", {"type": "image", "datatype": datatype}),
+    ]
+    with stack.session() as s:
+        for path, body in steps:
+            r = s.post(f"{stack.url}/v1/{path}", json=body)
+            if r.status_code != 201:
+                raise RuntimeError(f"creating {path} answered {r.status_code}: {r.text}")
     return "bench/e/c/0"
