@@ -35,8 +35,10 @@ Mapper = Callable[[Callable[[T], R], Iterable[T]], Iterable[R]]
 
 # Cuboids are 256 KiB: blosc2's internal threads cost more than they give at that size (measured
 # here: 2 threads are 3-5x slower), and per-call contexts (compress2/decompress2 with cparams)
-# are slower still. Parallelism comes from the engine's thread pools, one cuboid per task.
+# are slower still. Parallelism comes from the engine's thread pools, one cuboid per task, which
+# only works if blosc2 lets go of the GIL while it (de)compresses: by default it does not.
 blosc2.set_nthreads(1)
+blosc2.set_releasegil(True)
 
 
 def compress_cuboid(cuboid: npt.NDArray[np.generic]) -> bytes:

@@ -44,6 +44,9 @@ def _blosc_nbytes(body: bytes) -> int:
 # python-blosc (c-blosc 1.x) decodes 16 MiB bodies about 10x faster here than blosc2 with its
 # default threads; blosc2 is kept for chunks that only it can read (format version 3 and up).
 _BLOSC1_MAX_VERSION = 2
+# Concurrent requests of one web process (gthread) must not queue behind one body's
+# (de)compression: python-blosc holds the GIL by default.
+blosc.set_releasegil(True)
 
 
 def _blosc_decompress_into(body: bytes, out: Array) -> None:

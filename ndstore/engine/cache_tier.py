@@ -13,6 +13,7 @@ See docs/design/cache-tier.md.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +60,8 @@ class CacheTier:
         self.locks = locks
         self.clock = clock
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="cache-tier")
+        # Per-cuboid codec work of one supercuboid (blosc releases the GIL: see core.chunks).
+        self._codec = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="cache-codec")
 
     # -- reads -------------------------------------------------------------------------------
     def read(self, cutout: Cutout) -> Array:
@@ -107,7 +110,7 @@ class CacheTier:
         if any(b is None for b in blobs):
             raise StorageError(f"cuboids of supercuboid {key.name} vanished from the cache; try again")
         decode_blobs_region(dict(zip(numbers, blobs)), grid.cuboid, grid.cuboids_per_super,  # type: ignore[arg-type]
-                            part.local_region(grid), out[ti][part.in_box(cutout.box)])
+                            part.local_region(grid), out[ti][part.in_box(cutout.box)], self._codec.map)
 
     def page_in(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid) -> None:
         """Make ``keys`` resident; the caller holds their write locks."""
@@ -154,15 +157,17 @@ class CacheTier:
         old = dict(zip(partial, self.cache.get_many({key.name: partial})[key.name])) if partial else {}
         shape = (grid.cuboid[2], grid.cuboid[1], grid.cuboid[0])
         local = part.local_region(grid)
-        new: dict[int, bytes] = {}
-        for n, cbox, sub in touching:
+
+        def merged(item: tuple[int, Any, Any]) -> tuple[int, bytes]:
+            n, cbox, sub = item
             piece = src[sub.slices_zyx(local.lo)]
             if sub == cbox:
-                new[n] = compress_cuboid(piece)
-            else:
-                cuboid = decompress_cuboid(old[n] or b"", src.dtype, shape).copy()
-                cuboid[sub.slices_zyx(cbox.lo)] = piece
-                new[n] = compress_cuboid(cuboid)
+                return n, compress_cuboid(piece)
+            cuboid = decompress_cuboid(old[n] or b"", src.dtype, shape).copy()
+            cuboid[sub.slices_zyx(cbox.lo)] = piece
+            return n, compress_cuboid(cuboid)
+
+        new = dict(self._codec.map(merged, touching))
         self.cache.put(key.name, {META: _meta(src.dtype, grid), **new}, self.clock(), dirty=True)
 
     # -- write-back --------------------------------------------------------------------------
