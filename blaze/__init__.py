@@ -1,4 +1,6 @@
-"""NDBlaze, the Redis + Spark write buffer for bursts of small writes.
+"""NDBlaze, the Redis + Spark write buffer for bursts of small random writes.
 
-Not built yet: it arrives with the NDBlaze issue. Until then `/v1/blaze/` does not exist.
+blob (the stored header, applying a blob), buffer (the Redis adapter), tier (buffered writes,
+consistent reads), merge (one supercuboid at a time), spark_job (the merge round on Spark),
+daemon (when rounds run). See docs/design/blaze.md.
 """

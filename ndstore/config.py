@@ -38,6 +38,14 @@ class Config:
     io_parallelism: int = field(default_factory=lambda: int(_env("NDSTORE_IO_PARALLELISM", "16")))
     max_body_bytes: int = field(default_factory=lambda: int(_env("NDSTORE_MAX_BODY_BYTES", str(GiB))))
     max_cutout_bytes: int = field(default_factory=lambda: int(_env("NDSTORE_MAX_CUTOUT_BYTES", str(GiB))))
+    lock_lease_ms: int = field(default_factory=lambda: int(_env("NDSTORE_LOCK_LEASE_MS", "30000")))
+    blaze_redis_url: str = field(default_factory=lambda: _env("NDSTORE_BLAZE_REDIS_URL", "redis://127.0.0.1:6391/0"))
+    blaze_max_pending_bytes: int = field(
+        default_factory=lambda: int(_env("NDSTORE_BLAZE_MAX_PENDING_BYTES", str(4 * GiB))))
+    blaze_merge_interval_s: float = field(default_factory=lambda: float(_env("NDSTORE_BLAZE_MERGE_INTERVAL_S", "30")))
+    blaze_merge_backlog_bytes: int = field(
+        default_factory=lambda: int(_env("NDSTORE_BLAZE_MERGE_BACKLOG_BYTES", str(GiB))))
+    spark_master: str = field(default_factory=lambda: _env("NDSTORE_SPARK_MASTER", "local[*]"))
     fsync: bool = field(default_factory=lambda: _env("NDSTORE_FSYNC", "1") == "1")
 
     @property

@@ -6,10 +6,14 @@ Backends are registered by name; nothing else in the code base chooses between t
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from blaze.buffer import RedisBlazeBuffer
+from blaze.merge import Merger
+from blaze.tier import BlazeTier
 from ndstore.config import Config
 from ndstore.engine.base_tier import BaseTier
 from ndstore.engine.cache_tier import CacheTier
@@ -36,7 +40,7 @@ INDEXES: dict[str, Callable[[Config], SupercuboidIndex]] = {
 }
 LOCKS: dict[str, Callable[[Config], RWLocks]] = {
     "local": lambda c: LocalLocks(),
-    "redis": lambda c: RedisRWLocks(redis_client.connect(c.redis_url)),
+    "redis": lambda c: RedisRWLocks(redis_client.connect(c.redis_url), lease_ms=c.lock_lease_ms),
 }
 
 
@@ -64,13 +68,19 @@ class Services:
     base_tier: BaseTier
     cache_tier: CacheTier
     direct: CoherentDirect
+    blaze_buffer: RedisBlazeBuffer
+    blaze: BlazeTier
+    merger: Merger
 
     def tier(self, path: str, access_mode: str) -> Tier:
-        """The engine behind a cutout path ("cache" or "direct") and access mode: `cache`
-        reads through the cache; `no_cache` reads the base tier after writing back dirty data;
-        `raw` reads the base tier as it is, skipping the cache and its dirty data."""
+        """The engine behind a cutout path ("cache", "direct" or "blaze") and access mode:
+        `cache` reads through the cache (on the blaze path: base data plus pending NDBlaze
+        writes); `no_cache` reads the base tier after writing back dirty data; `raw` reads the
+        base tier as it is, skipping the cache, its dirty data and pending NDBlaze writes."""
         if access_mode == "raw":
             return self.base_tier
+        if path == "blaze":
+            return self.blaze
         if path == "direct" or access_mode == "no_cache":
             return self.direct
         return self.cache_tier
@@ -92,8 +102,28 @@ def build(config: Config) -> Services:
     base = BaseTier(objects, index, locks, config.io_parallelism)
     cache = CacheTier(RedisCuboidCache(redis_client.connect(config.cache_redis_url)), base, locks,
                       config.io_parallelism)
-    return Services(config, objects, index, base, cache, CoherentDirect(cache))
+    direct = CoherentDirect(cache)
+    buffer = RedisBlazeBuffer(redis_client.connect(config.blaze_redis_url), config.blaze_max_pending_bytes)
+    return Services(config, objects, index, base, cache, direct, buffer, BlazeTier(buffer, direct),
+                    Merger(buffer, cache))
+
+
 @functools.lru_cache(maxsize=1)
 def services() -> Services:
     """The process-wide services, built on first use from the environment."""
     return build(Config())
+
+
+_MERGERS: dict[tuple[tuple[str, str], ...], Merger] = {}
+
+
+def merger_for_settings(settings: Mapping[str, str]) -> Merger:
+    """A merger built from the NDSTORE_* settings a Spark driver sent with a task; one per
+    distinct settings in this (reused) worker process."""
+    key = tuple(sorted(settings.items()))
+    if key not in _MERGERS:
+        for name in [n for n in os.environ if n.startswith("NDSTORE_")]:
+            del os.environ[name]
+        os.environ.update(settings)
+        _MERGERS[key] = build(Config()).merger
+    return _MERGERS[key]

@@ -1,7 +1,9 @@
 """Shared fixtures: real servers on loopback, each started and stopped by its fixture.
 
 - moto's ThreadedMotoServer: S3 and DynamoDB over real HTTP, one per test session.
-- redis-server: its own free port and data directory, one per test session.
+- redis-server: its own free port and data directory, one per test session (and another for
+  the NDBlaze buffer).
+- a SparkSession in local mode, one per test session, for the NDBlaze merge job.
 The Django service is wired to both (NDSTORE_OBJECT_STORE=s3, NDSTORE_INDEX=dynamodb,
 NDSTORE_LOCKS=redis), so API tests exercise the real adapters end to end.
 """
@@ -52,8 +54,31 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def blaze_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The NDBlaze buffer's own redis-server, as in a deployment."""
+    from ndstore.client.localstack import free_port, start_redis
+
+    port = free_port()
+    proc = start_redis(tmp_path_factory.mktemp("blaze-redis"), port)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One SparkSession in local mode for the whole test session (it takes seconds to start)."""
+    from blaze.spark_job import spark_session
+
+    session = spark_session("local[2]", "ndstore-tests")
+    yield session
+    session.stop()
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its __del__ logs after pytest closed the streams
+
+
+@pytest.fixture(scope="session")
 def service_env(
-    moto_endpoint: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+    moto_endpoint: str, redis_url: str, blaze_redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, str]]:
     """Point the service's wiring at moto (S3 + DynamoDB) and the test Redis."""
     from ndstore import wiring
@@ -67,6 +92,7 @@ def service_env(
         "NDSTORE_DYNAMODB_TABLE": "ndstore-test-index",
         "NDSTORE_LOCKS": "redis",
         "NDSTORE_REDIS_URL": redis_url,
+        "NDSTORE_BLAZE_REDIS_URL": blaze_redis_url,
         "NDSTORE_DATA_DIR": str(tmp_path_factory.mktemp("data")),
         "NDSTORE_MAX_BODY_BYTES": str(64 << 20),
         "NDSTORE_MAX_CUTOUT_BYTES": str(256 << 20),

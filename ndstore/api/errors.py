@@ -45,8 +45,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         if code >= 500:
             log.warning("storage failure: %s", exc)
         response = Response({"status": code, "message": str(exc)}, status=code)
-        if isinstance(exc, errors.LockTimeout | errors.StorageError):
-            response["Retry-After"] = "1"
+        if isinstance(exc, errors.StorageError):
+            response["Retry-After"] = str(getattr(exc, "retry_after_s", 1))
         return response
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "not found")

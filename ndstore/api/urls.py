@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.urls import path
 
 from ndstore.api import converters  # noqa: F401  (registers the `name` and `range` converters)
-from ndstore.api.views import cutout, permissions, resources
+from ndstore.api.views import blaze, cutout, permissions, resources
 
 CUTOUT = "<name:collection>/<name:experiment>/<name:channel>/<int:resolution>/<range:x>/<range:y>/<range:z>/"
 
@@ -34,5 +34,8 @@ urlpatterns = [
     path("v1/permissions/", permissions.PermissionsView.as_view()),
     *cutout_routes("v1/cutout/", cutout.CutoutView),
     *cutout_routes("v1/direct/cutout/", cutout.DirectCutoutView),
+    *cutout_routes("v1/blaze/cutout/", cutout.BlazeCutoutView),
+    path("v1/blaze/merge/", blaze.BlazeMergeView.as_view()),
+    path("v1/blaze/merge/<slug:request_id>/", blaze.BlazeMergeRequestView.as_view()),
     path("admin/", admin.site.urls),
 ]

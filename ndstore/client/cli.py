@@ -1,4 +1,5 @@
-"""The `ndstore` command line: `up` runs the local stack, `token` mints API tokens."""
+"""The `ndstore` command line: `up` runs the local stack, `token` mints API tokens, `blaze`
+merges and inspects the NDBlaze buffer."""
 
 from __future__ import annotations
 
@@ -65,6 +66,43 @@ def daemons() -> None:
     from ndstore.client.daemons import run_daemons
 
     sys.exit(run_daemons())
+
+
+@main.group()
+def blaze() -> None:
+    """The NDBlaze write buffer: merge it, run its merger, see what it holds."""
+
+
+@blaze.command("merge")
+@click.option("--master", default=None, help="Spark master URL (default: NDSTORE_SPARK_MASTER or local[*]).")
+def blaze_merge(master: str | None) -> None:
+    """Merge every pending write into the base tier now, in this process, and report."""
+    import json
+    import time
+
+    from ndstore.client.daemons import merge_now
+
+    started = time.perf_counter()
+    result = merge_now(master)
+    click.echo(json.dumps({**result.as_dict(), "wall_seconds": round(time.perf_counter() - started, 3)}))
+
+
+@blaze.command("merger")
+def blaze_merger() -> None:
+    """Run the merge daemon until SIGINT/SIGTERM (`ndstore up` runs it)."""
+    from ndstore.client.daemons import run_merger
+
+    sys.exit(run_merger())
+
+
+@blaze.command("status")
+def blaze_status() -> None:
+    """Print what the buffer holds (JSON)."""
+    import json
+
+    from ndstore.wiring import services
+
+    click.echo(json.dumps(services().blaze_buffer.stats().as_dict()))
 
 
 @main.command()

@@ -1,5 +1,6 @@
 """`ndstore daemons`: the flusher and the cache manager in one process, with a clean shutdown
-that writes back every dirty supercuboid before it exits."""
+that writes back every dirty supercuboid before it exits. `ndstore blaze merger`: the NDBlaze
+merge daemon, in a process of its own (it holds a Spark driver)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,25 @@ import logging
 import signal
 import threading
 
-from ndstore.wiring import services
+from blaze.daemon import MergeDaemon
+from blaze.merge import MergeResult
+from blaze.spark_job import merge_round, spark_session
+from ndstore.wiring import merger_for_settings, services
 
 log = logging.getLogger("ndstore.daemons")
 
 
-def run_daemons() -> int:
+def _stop_on_signals() -> threading.Event:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    svc = services()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda _s, _f: stop.set())
+    return stop
+
+
+def run_daemons() -> int:
+    stop = _stop_on_signals()
+    svc = services()
     workers = [threading.Thread(target=d.run, args=(stop,), name=type(d).__name__, daemon=True)
                for d in (svc.flusher(), svc.cache_manager())]
     for w in workers:
@@ -29,4 +38,31 @@ def run_daemons() -> int:
         w.join(timeout=60)
     flushed = svc.cache_tier.flush_all()
     log.info("stopped; wrote back %d dirty supercuboids", flushed)
+    return 0
+
+
+def merge_now(master: str | None = None) -> MergeResult:
+    """One merge round of everything pending, in this process, on Spark."""
+    svc = services()
+    spark = spark_session(master or svc.config.spark_master)
+    try:
+        return merge_round(spark, svc.blaze_buffer, merger_for_settings)
+    finally:
+        spark.stop()
+
+
+def run_merger() -> int:
+    stop = _stop_on_signals()
+    svc = services()
+    c = svc.config
+    spark = spark_session(c.spark_master)
+    daemon = MergeDaemon(svc.blaze_buffer, lambda: merge_round(spark, svc.blaze_buffer, merger_for_settings),
+                         c.blaze_merge_interval_s, c.blaze_merge_backlog_bytes)
+    log.info("NDBlaze merger on %s: every %.0fs or past %d pending bytes", c.spark_master,
+             c.blaze_merge_interval_s, c.blaze_merge_backlog_bytes)
+    try:
+        daemon.run(stop)
+    finally:
+        spark.stop()
+    log.info("NDBlaze merger stopped")
     return 0

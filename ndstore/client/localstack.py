@@ -1,8 +1,9 @@
 """`ndstore up`: the whole local stack in the foreground, its data under one directory.
 
-Starts a redis-server (AOF on: the locks and the cache tier), prepares the metadata database,
-the object store and the index, mints the admin token, optionally loads the demo dataset, then
-runs the cache tier's daemons (flusher, cache manager) and gunicorn until interrupted.
+Starts a redis-server (AOF on: the locks and the cache tier) and another for the NDBlaze buffer
+(AOF on, no eviction), prepares the metadata database, the object store and the index, mints the
+admin token, optionally loads the demo dataset, then runs the cache tier's daemons (flusher,
+cache manager), the NDBlaze merger (a Spark driver in local mode) and gunicorn until interrupted.
 Everything binds to 127.0.0.1 by default.
 """
 
@@ -46,7 +47,8 @@ def wait_until(check: object, what: str, timeout: float = 30.0) -> None:
     raise RuntimeError(f"{what} did not start within {timeout:.0f}s")
 
 
-def start_redis(data_dir: Path, port: int, appendfsync: str = "everysec") -> subprocess.Popen[bytes]:
+def start_redis(data_dir: Path, port: int, appendfsync: str = "everysec",
+                extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     """A redis-server on 127.0.0.1:port with AOF persistence under data_dir."""
     exe = shutil.which("redis-server")
     if exe is None:
@@ -55,7 +57,7 @@ def start_redis(data_dir: Path, port: int, appendfsync: str = "everysec") -> sub
     proc = subprocess.Popen(
         [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir), "--appendonly", "yes",
          "--appendfsync", appendfsync, "--save", "", "--daemonize", "no", "--protected-mode", "yes",
-         "--logfile", str(data_dir / "redis.log")],
+         "--logfile", str(data_dir / "redis.log"), *extra],
         stdout=subprocess.DEVNULL,
     )
     client = redis.Redis(port=port)
@@ -69,6 +71,7 @@ class LocalStack:
     host: str = "127.0.0.1"
     port: int = 8000
     redis_port: int = 0
+    blaze_redis_port: int = 0
     workers: int = 2
     threads: int = 4
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -84,6 +87,7 @@ class LocalStack:
             **MALLOC_TUNING,
             "NDSTORE_DATA_DIR": str(self.data_dir),
             "NDSTORE_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+            "NDSTORE_BLAZE_REDIS_URL": f"redis://127.0.0.1:{self.blaze_redis_port}/0",
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "ndstore.api.settings.base"),
             **self.extra_env,
         }
@@ -92,14 +96,25 @@ class LocalStack:
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.redis_port = self.redis_port or free_port()
+        self.blaze_redis_port = self.blaze_redis_port or free_port()
         fsync = os.environ.get("NDSTORE_REDIS_APPENDFSYNC", "everysec")
         self.procs.append(start_redis(self.data_dir / "redis", self.redis_port, appendfsync=fsync))
         env = self.environment()
+        self.procs.append(start_redis(self.data_dir / "blaze-redis", self.blaze_redis_port, appendfsync=fsync,
+                                      extra=self._blaze_redis_limits(env)))
         subprocess.run([sys.executable, "-m", "django", "ndstore_prepare"], env=env, check=True, cwd=ROOT)
-        daemons = [sys.executable, "-m", "ndstore.client.cli", "daemons"]
-        self.procs.append(subprocess.Popen(daemons, env=env, cwd=ROOT))
+        cli = [sys.executable, "-m", "ndstore.client.cli"]
+        self.procs.append(subprocess.Popen([*cli, "daemons"], env=env, cwd=ROOT))
+        self.procs.append(subprocess.Popen([*cli, "blaze", "merger"], env=env, cwd=ROOT))
         self.procs.append(self._gunicorn(env))
         wait_until(self._web_ready, f"web service at {self.url}", timeout=60)
+
+    @staticmethod
+    def _blaze_redis_limits(env: dict[str, str]) -> tuple[str, ...]:
+        """A hard memory cap past the buffer's own limit, with no eviction: a write past it is
+        refused (503), never silently dropped."""
+        pending = int(env.get("NDSTORE_BLAZE_MAX_PENDING_BYTES", str(4 << 30)))
+        return ("--maxmemory", str(pending + (1 << 30)), "--maxmemory-policy", "noeviction")
 
     def _gunicorn(self, env: dict[str, str]) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"),
@@ -124,7 +139,8 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop in reverse order of start, each fully before the next: gunicorn first (no new
-        writes), then the daemons (which write back everything dirty), then Redis."""
+        writes), then the merger (which finishes its round), the daemons (which write back
+        everything dirty), then the Redis servers."""
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.terminate()

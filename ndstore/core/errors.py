@@ -41,3 +41,12 @@ class StorageError(NDStoreError):
 
 class LockTimeout(StorageError):
     """A lock could not be acquired in time (503)."""
+
+
+class BufferFull(StorageError):
+    """The NDBlaze write buffer holds as much as it may; the write was not stored (503, with
+    Retry-After): retry once the merger has drained it."""
+
+    def __init__(self, message: str, retry_after_s: int = 5):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -59,3 +59,8 @@ def decode(code: npt.ArrayLike) -> tuple[npt.NDArray[np.uint64], ...]:
 
 def encode_one(x: int, y: int, z: int) -> int:
     return int(encode(x, y, z))
+
+
+def decode_one(code: int) -> tuple[int, int, int]:
+    x, y, z = decode(np.array([code], dtype=np.uint64))
+    return int(x[0]), int(y[0]), int(z[0])

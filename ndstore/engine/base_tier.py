@@ -88,9 +88,13 @@ class BaseTier:
         if part.full:
             merged = src
         else:
-            merged = self._read_whole(key, grid, src.dtype)
+            merged = self.read_supercuboid(key, grid, src.dtype)
             merged[part.in_supercuboid(grid)] = src
-        self.store(key, encode_supercuboid(merged, grid.cuboid, grid.cuboids_per_super, self._codec.map))
+        self.store_array(key, merged, grid)
+
+    def store_array(self, key: SupercuboidKey, whole: Array, grid: Grid) -> None:
+        """Encode a whole (z, y, x) supercuboid and `store` it; the caller holds its write lock."""
+        self.store(key, encode_supercuboid(whole, grid.cuboid, grid.cuboids_per_super, self._codec.map))
 
     def store(self, key: SupercuboidKey, blob: bytes | None) -> None:
         """Put an encoded supercuboid, or delete it when None (all zeros), index first on put and
@@ -103,7 +107,8 @@ class BaseTier:
             self.index.put_many([key])
             self.objects.put_many({key.object_key: blob})
 
-    def _read_whole(self, key: SupercuboidKey, grid: Grid, dtype: np.dtype) -> Array:
+    def read_supercuboid(self, key: SupercuboidKey, grid: Grid, dtype: np.dtype) -> Array:
+        """One whole supercuboid as a (z, y, x) array, zeros where nothing is stored."""
         shape = grid.supercuboid
         whole = Box((0, 0, 0), shape)
         out = np.zeros(whole.shape_zyx, dtype)

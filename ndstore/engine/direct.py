@@ -8,7 +8,8 @@ write. Both use the same lock names as the cache tier.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy.typing as npt
 
@@ -16,6 +17,7 @@ from ndstore.engine.cache_tier import CacheTier
 from ndstore.engine.volume import Cutout
 
 Array = npt.NDArray[Any]
+T = TypeVar("T")
 
 
 class CoherentDirect:
@@ -28,12 +30,17 @@ class CoherentDirect:
         return sorted({key.name for key, _, _ in jobs})
 
     def read(self, cutout: Cutout) -> Array:
+        return self.read_with(cutout, lambda _names: None)[0]
+
+    def read_with(self, cutout: Cutout, also: Callable[[Sequence[str]], T]) -> tuple[Array, T]:
+        """The base-tier read, and ``also(supercuboid names)`` called under the same read locks:
+        one snapshot that no writer of those supercuboids can change in between."""
         names = self._names(cutout)
         with self.tier.locks.read(names):
             for name, dirty in zip(names, self.tier.cache.is_dirty(names)):
                 if dirty:
                     self.tier.flush_locked(name)
-            return self.base.read(cutout)
+            return self.base.read(cutout), also(names)
 
     def write(self, cutout: Cutout, data: Array) -> None:
         names = self._names(cutout)

@@ -22,6 +22,7 @@ def _wired(service_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iter
     from ndstore import wiring
 
     redis.Redis.from_url(service_env["NDSTORE_REDIS_URL"]).flushdb()  # the cache tier too
+    redis.Redis.from_url(service_env["NDSTORE_BLAZE_REDIS_URL"]).flushdb()
     suffix = uuid.uuid4().hex[:10]
     monkeypatch.setenv("NDSTORE_S3_BUCKET", f"ndstore-test-{suffix}")
     monkeypatch.setenv("NDSTORE_DYNAMODB_TABLE", f"ndstore-test-{suffix}")

@@ -1,5 +1,6 @@
 """Cutout endpoints: `/v1/cutout/...` (through the cache tier), `/v1/direct/cutout/...`
-(straight to the base tier). Bodies and responses in every media type of ndstore.core.wire."""
+(straight to the base tier), `/v1/blaze/cutout/...` (into the NDBlaze write buffer). Bodies and
+responses in every media type of ndstore.core.wire."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ndstore.api import auth, lookups
-from ndstore.api.media import ARRAY_PARSERS, ARRAY_RENDERERS
+from ndstore.api.media import ARRAY_PARSERS, ARRAY_RENDERERS, RAW_BODY_PARSERS, RawBody
 from ndstore.core.errors import InvalidBody, InvalidRequest
 from ndstore.core.geometry import Box
 from ndstore.core.labels import keep_ids
@@ -78,6 +79,22 @@ class CutoutView(APIView):
 
 class DirectCutoutView(CutoutView):
     tier = "direct"
+
+
+class BlazeCutoutView(CutoutView):
+    """Writes are stored as they arrived (framing checked, never decoded) and acknowledged with
+    their sequence number; reads return the base tier plus every pending write, in order."""
+
+    tier = "blaze"
+    parser_classes = RAW_BODY_PARSERS
+
+    def post(self, request: Any, **kw: Any) -> Response:
+        self._resolve(request, auth.WRITE, kw)
+        raw = request.data
+        if not isinstance(raw, RawBody):
+            raise InvalidBody("request body is empty")
+        seq = services().blaze.write_body(self.cutout, raw.body, raw.media_type, self.has_time)
+        return Response(status=201, headers={"X-NDBlaze-Sequence": str(seq)})
 
 
 def _filter_ids(raw: str | None, channel_type: str) -> list[int] | None:

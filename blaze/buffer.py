@@ -1,0 +1,202 @@
+"""The NDBlaze buffer: pending writes in a Redis of their own (one node), stored as they arrived.
+
+Keys (see docs/design/blaze.md):
+  blz:seq              the last sequence number handed out (INCR: monotonic across processes)
+  blz:blob:<seq>       hash: h = header JSON, n = body parts, b0.. = body parts (64 MiB each),
+                       size = body bytes, refs = supercuboids still to merge it, at = arrival (ms)
+  blz:sc:<name>        sorted set of the seqs of pending blobs touching supercuboid <name>
+  blz:pending          sorted set of supercuboid names with pending blobs, score = oldest seq
+  blz:bytes            body bytes pending (the back-pressure counter); blz:count, blobs pending
+  blz:bad              hash seq -> why a blob could not be decoded (kept out of merges)
+  blz:merge:requests   list of on-demand merge requests; blz:merge:status hash id -> JSON
+An append is one MULTI: the body goes to a fresh key, then a Lua script checks the limit,
+takes a sequence number, renames the blob to carry it, and indexes it under every supercuboid
+it touches; so a blob is either wholly pending or absent, never half-indexed.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from ndstore.core.errors import BufferFull, StorageError
+
+PART_BYTES = 64 << 20  # Redis caps one value at 512 MB; big bodies are stored in parts
+SEQ_DIGITS = 16
+
+_APPEND = """
+local size = tonumber(ARGV[1])
+local pending = tonumber(redis.call('GET', KEYS[3]) or '0')
+if pending > 0 and pending + size > tonumber(ARGV[2]) then
+  redis.call('DEL', KEYS[1])
+  return -1
+end
+local seq = redis.call('INCR', KEYS[2])
+local key = string.format('blz:blob:%016d', seq)
+local t = redis.call('TIME')
+redis.call('RENAME', KEYS[1], key)
+redis.call('PERSIST', key)
+redis.call('HSET', key, 'refs', #ARGV - 2, 'size', size, 'at', t[1] * 1000 + math.floor(t[2] / 1000))
+redis.call('INCRBY', KEYS[3], size)
+redis.call('INCR', KEYS[5])
+for i = 3, #ARGV do
+  redis.call('ZADD', 'blz:sc:' .. ARGV[i], seq, seq)
+  redis.call('ZADD', KEYS[4], 'NX', seq, ARGV[i])
+end
+return seq
+"""
+_RELEASE = """
+local released = 0
+for i = 2, #ARGV do
+  if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
+    released = released + 1
+    local key = string.format('blz:blob:%016d', tonumber(ARGV[i]))
+    if redis.call('EXISTS', key) == 1 and redis.call('HINCRBY', key, 'refs', -1) <= 0 then
+      redis.call('DECRBY', KEYS[3], tonumber(redis.call('HGET', key, 'size') or '0'))
+      redis.call('DEL', key)
+      redis.call('DECR', KEYS[4])
+    end
+  end
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #first == 0 then redis.call('ZREM', KEYS[2], ARGV[1]) else redis.call('ZADD', KEYS[2], first[2], ARGV[1]) end
+return released
+"""
+
+
+def blob_key(seq: int) -> str:
+    return f"blz:blob:{seq:0{SEQ_DIGITS}d}"
+
+
+@dataclass(frozen=True)
+class PendingBlob:
+    seq: int
+    header: bytes
+    body: bytes
+
+
+@dataclass(frozen=True)
+class BufferStats:
+    pending_bytes: int
+    blobs: int
+    supercuboids: int
+    oldest_age_s: float | None
+    bad_blobs: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class RedisBlazeBuffer:
+    def __init__(self, client: redis.Redis, max_pending_bytes: int):
+        self.client = client
+        self.max_pending_bytes = max_pending_bytes
+        self._append = client.register_script(_APPEND)
+        self._release = client.register_script(_RELEASE)
+
+    # -- the write path ----------------------------------------------------------------------
+    def append(self, header: bytes, body: bytes, names: Sequence[str]) -> int:
+        """Store one body under every supercuboid name it touches; returns its sequence number.
+        Raises BufferFull when the pending bytes would pass the limit (nothing is stored)."""
+        tmp = f"blz:new:{secrets.token_hex(8)}"
+        view = memoryview(body)
+        parts = [view[i:i + PART_BYTES] for i in range(0, len(body), PART_BYTES)] or [view]
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(tmp, mapping={"h": header, "n": len(parts)})
+        for i, part in enumerate(parts):
+            pipe.hset(tmp, f"b{i}", part)  # one field per command (see docs/design/cache-tier.md)
+        pipe.pexpire(tmp, 3_600_000)  # an orphan of a failed transaction does not stay for ever
+        self._append(keys=[tmp, "blz:seq", "blz:bytes", "blz:pending", "blz:count"],
+                     args=[len(body), self.max_pending_bytes, *names], client=pipe)
+        try:
+            seq = int(pipe.execute()[-1])
+        except (redis.exceptions.ResponseError, redis.exceptions.ExecAbortError) as exc:
+            if "OOM" in str(exc):
+                raise BufferFull("the NDBlaze buffer's Redis is out of memory; retry after the next merge") from None
+            raise StorageError(f"the NDBlaze buffer refused the write: {exc}") from exc
+        if seq < 0:
+            raise BufferFull(f"the NDBlaze buffer holds more than {self.max_pending_bytes} bytes awaiting merge; "
+                             "retry after the next merge")
+        return seq
+
+    # -- the read and merge paths ------------------------------------------------------------
+    def pending_seqs(self, names: Sequence[str]) -> dict[str, list[int]]:
+        """The pending seqs of each name, ascending, read as one atomic snapshot."""
+        pipe = self.client.pipeline(transaction=True)
+        for name in names:
+            pipe.zrange(f"blz:sc:{name}", 0, -1)
+        return {name: [int(s) for s in seqs] for name, seqs in zip(names, pipe.execute())}
+
+    def blobs(self, seqs: Sequence[int]) -> list[PendingBlob]:
+        """The blobs of ``seqs`` in seq order; a blob merged and deleted meanwhile is skipped."""
+        pipe = self.client.pipeline(transaction=False)
+        for seq in sorted(seqs):
+            pipe.hgetall(blob_key(seq))
+        out = []
+        for seq, fields in zip(sorted(seqs), pipe.execute()):
+            if fields:
+                parts = [fields[f"b{i}".encode()] for i in range(int(fields[b"n"]))]
+                out.append(PendingBlob(seq, fields[b"h"], parts[0] if len(parts) == 1 else b"".join(parts)))
+        return out
+
+    def release(self, name: str, seqs: Sequence[int]) -> int:
+        """Drop merged ``seqs`` from ``name``'s index, deleting each blob once no supercuboid
+        still needs it. Atomic; releasing twice is harmless. Returns how many were released."""
+        return int(self._release(keys=[f"blz:sc:{name}", "blz:pending", "blz:bytes", "blz:count"], args=[name, *seqs]))
+
+    def pending_names(self, prefix: str = "", limit: int | None = None) -> list[str]:
+        """Supercuboid names with pending blobs, oldest first (optionally of one channel)."""
+        raw: list[bytes] = self.client.zrange("blz:pending", 0, -1)  # type: ignore[assignment]
+        names = [n.decode() for n in raw]
+        names = [n for n in names if n.startswith(prefix)]
+        return names[:limit] if limit is not None else names
+
+    def mark_bad(self, seq: int, why: str) -> None:
+        self.client.hset("blz:bad", str(seq), why)
+
+    def bad_seqs(self) -> set[int]:
+        return {int(s) for s in self.client.hkeys("blz:bad")}
+
+    def stats(self) -> BufferStats:
+        pipe = self.client.pipeline(transaction=True)
+        for command, args in (("get", ("blz:bytes",)), ("zcard", ("blz:pending",)), ("zrange", ("blz:pending", 0, 0)),
+                              ("get", ("blz:count",)), ("hlen", ("blz:bad",)), ("time", ())):
+            getattr(pipe, command)(*args)
+        raw_bytes, names, oldest, blobs, bad, (secs, micros) = pipe.execute()
+        age = None
+        first = self.buffer_first_seq(oldest[0].decode()) if oldest else None
+        if first is not None:
+            at = self.client.hget(blob_key(first), "at")
+            age = max(0.0, secs + micros / 1e6 - int(at) / 1000) if at else None
+        return BufferStats(int(raw_bytes or 0), int(blobs or 0), int(names), age, int(bad))
+
+    def buffer_first_seq(self, name: str) -> int | None:
+        first: list[bytes] = self.client.zrange(f"blz:sc:{name}", 0, 0)  # type: ignore[assignment]
+        return int(first[0]) if first else None
+
+    # -- on-demand merges --------------------------------------------------------------------
+    def request_merge(self) -> str:
+        """Ask the merger daemon for a round now; returns the request's id for merge_status."""
+        request_id = secrets.token_hex(6)
+        self.set_merge_status(request_id, {"state": "queued", "requested_at": time.time()})
+        self.client.rpush("blz:merge:requests", json.dumps({"id": request_id}))
+        return request_id
+
+    def take_merge_requests(self) -> list[dict[str, str]]:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.lrange("blz:merge:requests", 0, -1)
+        pipe.delete("blz:merge:requests")
+        return [json.loads(r) for r in pipe.execute()[0]]
+
+    def set_merge_status(self, request_id: str, status: dict[str, Any]) -> None:
+        self.client.hset("blz:merge:status", request_id, json.dumps(status))
+
+    def merge_status(self, request_id: str) -> dict[str, Any] | None:
+        raw = self.client.hget("blz:merge:status", request_id)
+        return json.loads(raw) if raw else None

@@ -1,0 +1,62 @@
+"""The merge job on Spark: pending supercuboids spread over tasks, each merged by a worker.
+
+The grouping of blobs per supercuboid is the buffer's secondary index, so no blob bytes go
+through Spark's shuffle: the driver lists the pending supercuboids, sorts them by volume and
+Morton code (neighbours share blobs, and a partition decodes a shared blob once), and each task
+merges its slice, reading blobs from the buffer and writing the base tier itself. Workers build
+their services from the driver's NDSTORE_* settings, passed with the task, so the same job runs
+in local mode (`local[*]`, the default) and on any cluster reached by a master URL.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
+from typing import Any
+
+from blaze.buffer import RedisBlazeBuffer
+from blaze.merge import Merger, MergeResult
+from ndstore.core.keys import SupercuboidKey
+
+MergerFactory = Callable[[Mapping[str, str]], Merger]
+SETTINGS_PREFIXES = ("NDSTORE_", "AWS_", "MALLOC_")
+
+
+def spark_session(master: str, app_name: str = "ndstore-blaze-merge") -> Any:
+    """A SparkSession with Kryo serialization, bound to loopback, running workers on this
+    interpreter (without PYSPARK_PYTHON they would not find numpy)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.ui.enabled", "false")
+               .config("spark.python.worker.reuse", "true"))
+    return builder.getOrCreate()
+
+
+def worker_settings() -> dict[str, str]:
+    """The settings a worker needs to build the same services as this process."""
+    return {k: v for k, v in os.environ.items() if k.startswith(SETTINGS_PREFIXES)}
+
+
+def merge_round(spark: Any, buffer: RedisBlazeBuffer, factory: MergerFactory, prefix: str = "",
+                partitions: int | None = None) -> MergeResult:
+    """Merge every supercuboid pending now (of names starting with ``prefix``)."""
+    names = sorted(buffer.pending_names(prefix), key=SupercuboidKey.from_name)
+    if not names:
+        return MergeResult()
+    context = spark.sparkContext
+    slices = max(1, min(len(names), partitions or context.defaultParallelism))
+    job = partial(_merge_partition, factory, worker_settings())
+    results = context.parallelize(names, slices).mapPartitions(job).collect()
+    return sum((MergeResult(**r) for r in results), MergeResult())
+
+
+def _merge_partition(factory: MergerFactory, settings: Mapping[str, str],
+                     names: Iterator[str]) -> Iterator[dict[str, Any]]:
+    yield factory(settings).merge(names).as_dict()

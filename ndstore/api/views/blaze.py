@@ -1,0 +1,35 @@
+"""`/v1/blaze/merge/`: the state of the NDBlaze buffer, and on-demand merges (staff only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ndstore.api import auth
+from ndstore.core.errors import NotFound
+from ndstore.wiring import services
+
+
+class BlazeMergeView(APIView):
+    def get(self, request: Any) -> Response:
+        """What awaits merging: bytes, blobs, supercuboids, the oldest write's age."""
+        auth.require_login(request.user, "see the NDBlaze buffer")
+        return Response({"pending": services().blaze_buffer.stats().as_dict()})
+
+    def post(self, request: Any) -> Response:
+        """Ask the merger daemon for a merge round now; 202 with where to watch it."""
+        auth.require_staff(request.user, "start an NDBlaze merge")
+        request_id = services().blaze_buffer.request_merge()
+        return Response({"request": request_id, "state": "queued", "status": f"/v1/blaze/merge/{request_id}/"},
+                        status=202)
+
+
+class BlazeMergeRequestView(APIView):
+    def get(self, request: Any, request_id: str) -> Response:
+        auth.require_login(request.user, "see an NDBlaze merge")
+        status = services().blaze_buffer.merge_status(request_id)
+        if status is None:
+            raise NotFound(f"no NDBlaze merge request {request_id!r}")
+        return Response({"request": request_id, **status})

@@ -1,0 +1,39 @@
+"""NDBlaze fixtures: a buffer on its own real redis-server (emptied per test) in front of a
+cache tier and file-store base tier (tests/engine/conftest.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from blaze.buffer import RedisBlazeBuffer
+from blaze.merge import Merger
+from blaze.tier import BlazeTier
+from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.direct import CoherentDirect
+from ndstore.storage import redis_client
+from tests.engine.conftest import make_cache_tier
+
+
+@dataclass
+class Blaze:
+    buffer: RedisBlazeBuffer
+    tier: BlazeTier
+    merger: Merger
+    cache_tier: CacheTier
+
+
+def make_blaze(root: Path, redis_url: str, blaze_url: str, max_pending_bytes: int = 1 << 30) -> Blaze:
+    cache_tier = make_cache_tier(root, redis_url)
+    buffer = RedisBlazeBuffer(redis_client.connect(blaze_url), max_pending_bytes)
+    return Blaze(buffer, BlazeTier(buffer, CoherentDirect(cache_tier)), Merger(buffer, cache_tier), cache_tier)
+
+
+@pytest.fixture
+def blaze(tmp_path: Path, redis_url: str, blaze_redis_url: str) -> Blaze:
+    redis.Redis.from_url(redis_url).flushdb()
+    redis.Redis.from_url(blaze_redis_url).flushdb()
+    return make_blaze(tmp_path, redis_url, blaze_redis_url)

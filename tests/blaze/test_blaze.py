@@ -1,0 +1,250 @@
+"""NDBlaze on real Redis servers and a file-store base tier: buffered writes, consistent reads
+before the merge, the merge itself, back-pressure, writes during a merge, and a crash mid-merge."""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from blaze.buffer import PART_BYTES
+from ndstore.core import wire
+from ndstore.core.errors import BufferFull, InvalidBody
+from ndstore.core.geometry import Box
+from ndstore.engine.volume import ChannelVolume, Cutout
+from tests.blaze.conftest import Blaze, make_blaze
+from tests.engine.conftest import small_channel
+
+FORMATS = list(wire.FORMATS)
+
+
+@dataclass
+class Write:
+    seq: int
+    cutout: Cutout
+    data: np.ndarray
+
+
+def random_box(rng: random.Random, frame: Box, max_side: tuple[int, int, int] = (200, 200, 24)) -> Box:
+    lo = tuple(rng.randrange(frame.lo[i], frame.hi[i] - 1) for i in range(3))
+    hi = tuple(min(frame.hi[i], lo[i] + rng.randrange(1, max_side[i] + 1)) for i in range(3))
+    return Box(lo, hi)  # type: ignore[arg-type]
+
+
+def write_random(blaze: Blaze, channel: ChannelVolume, rng: random.Random, count: int) -> list[Write]:
+    """``count`` small random overlapping writes in every media type; returns them with their seqs."""
+    done = []
+    for _ in range(count):
+        cutout = Cutout(channel, 0, random_box(rng, channel.frame), range(1))
+        data = np.random.default_rng(rng.randrange(1 << 30)).integers(
+            1, 250, cutout.shape, dtype=np.uint64).astype(channel.dtype)
+        fmt = wire.FORMATS[rng.choice(FORMATS)]
+        has_time = rng.random() < 0.5
+        body = fmt.encode(data if has_time else data[0])
+        done.append(Write(blaze.tier.write_body(cutout, body, fmt.media_type, has_time), cutout, data))
+    return done
+
+
+def reference(channel: ChannelVolume, base: np.ndarray, writes: list[Write]) -> np.ndarray:
+    ref = base.copy()
+    for w in sorted(writes, key=lambda w: w.seq):
+        ref[w.cutout.box.slices_zyx(channel.frame.lo)] = w.data[0]
+    return ref
+
+
+def whole(channel: ChannelVolume) -> Cutout:
+    return Cutout(channel, 0, channel.frame, range(1))
+
+
+def seed_base(blaze: Blaze, channel: ChannelVolume) -> np.ndarray:
+    """Some data already stored, so merges read-modify-write real supercuboids."""
+    base = np.zeros(whole(channel).shape[1:], channel.dtype)
+    box = Box((100, 100, 4), (700, 600, 40))
+    base[box.slices_zyx()] = 7
+    blaze.cache_tier.base.write(Cutout(channel, 0, box, range(1)), base[np.newaxis][(slice(None), *box.slices_zyx())])
+    return base
+
+
+def test_concurrent_writes_read_before_merge_and_merged_equal_reference(blaze: Blaze) -> None:
+    channel = small_channel("uint8")
+    base = seed_base(blaze, channel)
+    results: list[list[Write]] = [[] for _ in range(4)]
+    threads = [threading.Thread(target=lambda i=i: results[i].extend(write_random(blaze, channel,
+                                                                                  random.Random(i), 25)))
+               for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    writes = [w for r in results for w in r]
+    assert len({w.seq for w in writes}) == 100
+    ref = reference(channel, base, writes)
+
+    assert np.array_equal(blaze.tier.read(whole(channel))[0], ref)  # consistent before the merge
+    rng = random.Random(99)
+    for _ in range(5):
+        box = random_box(rng, channel.frame, (400, 400, 60))
+        got = blaze.tier.read(Cutout(channel, 0, box, range(1)))[0]
+        assert np.array_equal(got, ref[box.slices_zyx()])
+    assert not np.array_equal(blaze.cache_tier.base.read(whole(channel))[0], ref)  # nothing merged yet
+
+    result = blaze.merger.merge(blaze.buffer.pending_names())
+    assert result.blobs_applied >= 100 and result.blobs_bad == 0
+    assert np.array_equal(blaze.cache_tier.base.read(whole(channel))[0], ref)
+    stats = blaze.buffer.stats()
+    assert (stats.pending_bytes, stats.blobs, stats.supercuboids) == (0, 0, 0)
+    assert not list(blaze.buffer.client.scan_iter("blz:blob:*"))
+
+
+def test_a_body_larger_than_a_redis_part_round_trips(blaze: Blaze) -> None:
+    channel = small_channel("uint8")
+    cutout = whole(channel)
+    assert cutout.nbytes > PART_BYTES
+    data = np.random.default_rng(1).integers(0, 255, cutout.shape, dtype=np.uint8)
+    blaze.tier.write_body(cutout, data.tobytes(), "application/octet-stream", True)
+    assert np.array_equal(blaze.tier.read(cutout), data)
+    blaze.merger.merge(blaze.buffer.pending_names())
+    assert np.array_equal(blaze.cache_tier.base.read(cutout), data)
+
+
+def test_time_series_writes_touch_only_their_time_samples(blaze: Blaze) -> None:
+    probe = small_channel("uint16")
+    channel = ChannelVolume(1, 1, 5, probe.dtype, probe.frame, 1, "anisotropic", 3)
+    cutout = Cutout(channel, 0, Box((10, 20, 3), (90, 70, 9)), range(1, 3))
+    data = np.arange(np.prod(cutout.shape), dtype=np.uint16).reshape(cutout.shape) + 1
+    blaze.tier.write_body(cutout, wire.FORMATS["application/blosc"].encode(data), "application/blosc", True)
+    all_times = Cutout(channel, 0, cutout.box, range(3))
+    got = blaze.tier.read(all_times)
+    assert not got[0].any() and np.array_equal(got[1:], data)
+    blaze.merger.merge(blaze.buffer.pending_names())
+    assert np.array_equal(blaze.cache_tier.base.read(all_times)[1:], data)
+    assert not blaze.cache_tier.base.read(all_times)[0].any()
+
+
+def test_framing_errors_are_refused_and_store_nothing(blaze: Blaze) -> None:
+    channel = small_channel("uint16")
+    cutout = Cutout(channel, 0, Box((0, 0, 0), (64, 64, 4)), range(1))
+    wrong = wire.FORMATS["application/blosc"].encode(np.ones((4, 64, 63), np.uint16))
+    with pytest.raises(InvalidBody, match="needs"):
+        blaze.tier.write_body(cutout, wrong, "application/blosc", False)
+    with pytest.raises(InvalidBody, match="needs"):
+        blaze.tier.write_body(cutout, b"\0" * 10, "application/octet-stream", False)
+    with pytest.raises(InvalidBody, match="zlib"):
+        blaze.tier.write_body(cutout, b"not gzip", "application/npygz", False)
+    assert blaze.buffer.stats().blobs == 0
+
+
+def test_an_undecodable_blob_is_set_aside_and_the_rest_merge(blaze: Blaze) -> None:
+    channel = small_channel("uint16")
+    cutout = Cutout(channel, 0, Box((0, 0, 0), (64, 64, 4)), range(1))
+    good = np.full(cutout.shape, 9, np.uint16)
+    blaze.tier.write_body(cutout, b"\x78\x9c" + b"garbage!", "application/npygz", True)  # a zlib header only
+    blaze.tier.write(cutout, good)
+    assert np.array_equal(blaze.tier.read(cutout), good)
+    result = blaze.merger.merge(blaze.buffer.pending_names())
+    assert (result.blobs_applied, result.blobs_bad) == (1, 1)
+    assert np.array_equal(blaze.cache_tier.base.read(cutout), good)
+    assert blaze.buffer.bad_seqs() == {1} and blaze.buffer.stats().blobs == 0
+
+
+def test_back_pressure_refuses_whole_writes_past_the_limit(tmp_path: Any, redis_url: str,
+                                                           blaze_redis_url: str) -> None:
+    import redis
+
+    redis.Redis.from_url(blaze_redis_url).flushdb()
+    blaze = make_blaze(tmp_path, redis_url, blaze_redis_url, max_pending_bytes=200_000)
+    channel = small_channel("uint8")
+    cutout = Cutout(channel, 0, Box((0, 0, 0), (100, 100, 8)), range(1))
+    body = np.full(cutout.shape, 3, np.uint8).tobytes()  # 80,000 bytes
+    blaze.tier.write_body(cutout, body, "application/octet-stream", True)
+    blaze.tier.write_body(cutout, body, "application/octet-stream", True)
+    with pytest.raises(BufferFull) as refused:
+        blaze.tier.write_body(cutout, body, "application/octet-stream", True)
+    assert refused.value.retry_after_s > 0
+    stats = blaze.buffer.stats()
+    assert (stats.blobs, stats.pending_bytes) == (2, 160_000)
+    assert not list(blaze.buffer.client.scan_iter("blz:new:*"))  # the refused body is not kept
+    blaze.merger.merge(blaze.buffer.pending_names())
+    blaze.tier.write_body(cutout, body, "application/octet-stream", True)  # drained: accepted again
+
+
+def test_writes_arriving_during_a_merge_are_kept_for_the_next(blaze: Blaze) -> None:
+    channel = small_channel("uint8")
+    base = seed_base(blaze, channel)
+    writes = write_random(blaze, channel, random.Random(5), 30)
+    stop = threading.Event()
+    during: list[Write] = []
+
+    def keep_writing() -> None:
+        rng = random.Random(6)
+        while not stop.is_set():
+            during.extend(write_random(blaze, channel, rng, 1))
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    try:
+        blaze.merger.merge(blaze.buffer.pending_names())
+    finally:
+        stop.set()
+        writer.join()
+    assert during, "no write arrived during the merge"
+    all_writes = writes + during
+    ref = reference(channel, base, all_writes)
+    assert np.array_equal(blaze.tier.read(whole(channel))[0], ref)
+    blaze.merger.merge(blaze.buffer.pending_names())
+    assert np.array_equal(blaze.cache_tier.base.read(whole(channel))[0], ref)
+    assert blaze.buffer.stats().blobs == 0
+
+
+class CrashingRelease:
+    """The buffer, except that the n-th release raises: a merger that dies after storing a
+    supercuboid and before releasing its blobs."""
+
+    def __init__(self, buffer: Any, n: int):
+        self._buffer, self._left = buffer, n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._buffer, name)
+
+    def release(self, name: str, seqs: Any) -> int:
+        self._left -= 1
+        if self._left == 0:
+            raise ConnectionError("merger died")
+        return int(self._buffer.release(name, seqs))
+
+
+def test_a_merge_that_dies_between_store_and_release_reruns_to_the_same_result(blaze: Blaze) -> None:
+    channel = small_channel("uint8")
+    base = seed_base(blaze, channel)
+    ref = reference(channel, base, write_random(blaze, channel, random.Random(11), 40))
+    names = blaze.buffer.pending_names()
+    assert len(names) >= 4
+    real = blaze.merger.buffer
+    blaze.merger.buffer = CrashingRelease(real, 3)  # type: ignore[assignment]
+    with pytest.raises(ConnectionError):
+        blaze.merger.merge(names)
+    blaze.merger.buffer = real
+    assert len(blaze.buffer.pending_names()) == len(names) - 2  # two merged, the third stored only
+    assert np.array_equal(blaze.tier.read(whole(channel))[0], ref)
+    blaze.merger.merge(blaze.buffer.pending_names())
+    assert np.array_equal(blaze.cache_tier.base.read(whole(channel))[0], ref)
+    assert blaze.buffer.stats().blobs == 0
+
+
+def test_merge_drops_stale_cached_copies_and_keeps_dirty_cache_writes(blaze: Blaze) -> None:
+    channel = small_channel("uint16")
+    tier = blaze.cache_tier
+    box = Box((0, 0, 0), (300, 300, 10))
+    first = np.full((1, *box.shape_zyx), 5, np.uint16)
+    tier.write(Cutout(channel, 0, box, range(1)), first)  # dirty in the cache, not yet in the base
+    small = Cutout(channel, 0, Box((10, 10, 2), (20, 20, 4)), range(1))
+    blaze.tier.write(small, np.full(small.shape, 8, np.uint16))
+    blaze.merger.merge(blaze.buffer.pending_names())
+    expected = first.copy()
+    expected[0][small.box.slices_zyx()] = 8
+    assert np.array_equal(tier.read(Cutout(channel, 0, box, range(1))), expected)  # through the cache
+    assert np.array_equal(tier.base.read(Cutout(channel, 0, box, range(1))), expected)
