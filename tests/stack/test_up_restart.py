@@ -77,3 +77,31 @@ def test_data_survives_a_restart(up: Up) -> None:
     np.testing.assert_array_equal(np.frombuffer(r.content, np.uint16).reshape(data.shape), data)
     assert up.session().get(f"{up.url}/v1/collection/keep/experiment/e/channel/c/").json()["datatype"] == "uint16"
     up.stop()
+
+
+def test_blaze_writes_survive_a_restart_and_the_merger_of_up_merges_them(up: Up) -> None:
+    up.start()
+    s = up.session()
+    assert s.post(f"{up.url}/v1/coord/bf/", json={"x_stop": 600, "y_stop": 600, "z_stop": 40}).status_code == 201
+    assert s.post(f"{up.url}/v1/collection/bl/", json={}).status_code == 201
+    assert s.post(f"{up.url}/v1/collection/bl/experiment/e/", json={"coord_frame": "bf"}).status_code == 201
+    assert s.post(f"{up.url}/v1/collection/bl/experiment/e/channel/ann/",
+                  json={"type": "annotation", "datatype": "uint64"}).status_code == 201
+    data = np.random.default_rng(1).integers(1, 1 << 40, (10, 300, 400), dtype=np.uint64)
+    blaze = f"{up.url}/v1/blaze/cutout/bl/e/ann/0/100:500/200:500/20:30/"
+    r = s.post(blaze, data=data.tobytes(), headers={"Content-Type": "application/octet-stream"})
+    assert r.status_code == 201, r.text
+    up.stop()
+
+    up.start()  # the buffer's Redis kept the pending write (AOF)
+    s = up.session()
+    r = s.get(blaze, headers={"Accept": "application/octet-stream"})
+    np.testing.assert_array_equal(np.frombuffer(r.content, np.uint64).reshape(data.shape), data)
+    request = s.post(f"{up.url}/v1/blaze/merge/")
+    assert request.status_code == 202
+    status = f"{up.url}{request.json()['status']}"
+    wait_until(lambda: s.get(status).json()["state"] == "done", "the NDBlaze merge", timeout=120)
+    assert s.get(f"{up.url}/v1/blaze/merge/").json()["pending"]["blobs"] == 0
+    r = s.get(blaze.replace("/blaze/", "/direct/"), headers={"Accept": "application/octet-stream"})
+    np.testing.assert_array_equal(np.frombuffer(r.content, np.uint64).reshape(data.shape), data)
+    up.stop()
