@@ -314,7 +314,8 @@ class Stack:
     url: str
     session_headers: dict[str, str]
     redis_url: str = ""
-    pids: list[int] = field(default_factory=list)  # Redis, the daemons, gunicorn (workers are its children)
+    blaze_redis_url: str = ""
+    pids: list[int] = field(default_factory=list)  # the Redis servers, daemons, gunicorn (workers are its children)
 
     def session(self) -> requests.Session:
         s = requests.Session()
@@ -332,7 +333,8 @@ def local_stack(extra_env: dict[str, str], workers: int = 2, threads: int = 4) -
         try:
             stack.start()
             yield Stack(stack.url, {"Authorization": f"Token {ADMIN_TOKEN}"},
-                        f"redis://127.0.0.1:{stack.redis_port}/0", [p.pid for p in stack.procs])
+                        f"redis://127.0.0.1:{stack.redis_port}/0", f"redis://127.0.0.1:{stack.blaze_redis_port}/0",
+                        [p.pid for p in stack.procs])
         finally:
             stack.stop()
 

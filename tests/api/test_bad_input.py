@@ -57,7 +57,14 @@ def test_bad_urls(admin: Any, dataset: Dataset, stored: np.ndarray, url: str, st
 
 
 def _pickled_exploit() -> bytes:
-    return blosc.compress(pickle.dumps(print), typesize=1)
+    # padded (the unpickler stops at the pickle's end) to the size of the box's array
+    return blosc.compress(pickle.dumps(print) + bytes(4800), typesize=1)
+
+
+def _corrupt_blosc() -> bytes:
+    body = bytearray(blosc.compress((np.arange(4800) % 7).astype(np.uint8).tobytes(), typesize=1))
+    body[len(body) // 2:len(body) // 2 + 6] = b"\xff" * 6  # framing intact, content not
+    return bytes(body)
 
 
 BAD_BODIES = [
@@ -65,7 +72,8 @@ BAD_BODIES = [
     ("application/octet-stream", b"", "request body is empty"),
     ("application/blosc", b"definitely not blosc" * 3, "blosc"),
     ("application/blosc", blosc.compress(np.zeros(SHAPE, np.uint16).tobytes(), typesize=2), "needs 4800"),
-    ("application/blosc", blosc.compress(bytes(4800), typesize=1)[:-10], "corrupt"),
+    ("application/blosc", blosc.compress(bytes(4800), typesize=1)[:-10], "the body holds"),
+    ("application/blosc", _corrupt_blosc(), "corrupt"),
     ("application/blosc-python", _pickled_exploit(), "not allowed"),
     ("application/blosc-python", blosc.pack_array(np.zeros((4, 30, 20), np.uint16)), "dtype uint16"),
     ("application/npygz", zlib.compress(b"garbage"), "not a .npy array"),
