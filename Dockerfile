@@ -1,4 +1,4 @@
-# One image for the web service and (later) the workers and lambdas.
+# One image for the web service, the daemons, the NDBlaze merger and (later) the lambdas.
 FROM python:3.11-slim-bookworm
 
 # glibc reads MALLOC_* only at process start: keep large cutout buffers resident instead of
@@ -9,7 +9,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     NDSTORE_DATA_DIR=/var/lib/ndstore \
     MALLOC_MMAP_THRESHOLD_=67108864 \
     MALLOC_TRIM_THRESHOLD_=268435456 \
-    MALLOC_TOP_PAD_=67108864
+    MALLOC_TOP_PAD_=67108864 \
+    PYSPARK_PYTHON=/usr/local/bin/python
+
+# A JRE for the NDBlaze merger's Spark driver (pyspark runs its JVM).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --create-home --uid 10001 ndstore \
     && mkdir -p /var/lib/ndstore \

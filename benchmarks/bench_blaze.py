@@ -135,26 +135,29 @@ def merge_rate(stack: Stack, writes: int) -> dict[str, Any]:
             "mb_s_per_core": status["voxel_bytes"] / wall / 1e6 / cores, "cores": cores}
 
 
-HEADER = ["blob size", "client threads", "NDBlaze accepted MB/s", "÷ cache write (same threads)",
+HEADER = ["buffer Redis", "blob size", "client threads", "NDBlaze accepted MB/s", "÷ cache write (same threads)",
           "÷ Redis SET of the body"]
+MODES = {"AOF everysec (default)": {}, "in memory (no AOF)": {"NDSTORE_BLAZE_REDIS_APPENDONLY": "no"}}
 
 
 def table(record: dict[str, Any]) -> list[list[str]]:
     rows = []
-    for size, by_threads in record["blaze"].items():
-        for threads, r in by_threads.items():
-            cache = record["cache_write"].get(threads) or record["cache_write"][max(record["cache_write"])]
-            rows.append([size, str(threads), fmt(r), f"{r['median'] / cache['median']:.1f}x",
-                         f"{r['median'] / record['redis_set'][size]['median']:.2f}"])
-    for threads, c in record["cache_write"].items():
-        rows.append(["cache-tier write, 16 MiB regions", str(threads), fmt(c), "", ""])
-    for size, c in record["redis_set"].items():
-        rows.append([f"ceiling: Redis SET of the {size} body", "1", fmt(c), "", ""])
+    for mode, m in record["modes"].items():
+        for size, by_threads in m["blaze"].items():
+            for threads, r in by_threads.items():
+                cache = m["cache_write"][threads]
+                rows.append([mode, size, str(threads), fmt(r), f"{r['median'] / cache['median']:.1f}x",
+                             f"{r['median'] / m['redis_set'][size]['median']:.2f}"])
+        for threads, c in m["cache_write"].items():
+            rows.append([mode, "cache-tier write, 16 MiB regions", str(threads), fmt(c), "", ""])
+        for size, c in m["redis_set"].items():
+            rows.append([mode, f"ceiling: Redis SET of the {size} body", "1", fmt(c), "", ""])
     for threads, c in record["loopback"].items():
-        rows.append(["ceiling: loopback HTTP POST, 16 MiB", str(threads), fmt(c["post"]), "", ""])
+        rows.append(["", "ceiling: loopback HTTP POST, 16 MiB", str(threads), fmt(c["post"]), "", ""])
     m = record["merge"]
-    rows.append([f"merge: {m['writes']} 64x64x16 writes into {m['supercuboids']} supercuboids", f"{m['cores']} cores",
-                 f"{m['mb_s']:.0f} ({m['mb_s_per_core']:.0f} per core)", "", ""])
+    merged = f"merge: {m['writes']} 64x64x16 writes into {m['supercuboids']} supercuboids"
+    rate = f"{m['mb_s']:.0f} ({m['mb_s_per_core']:.0f} per core)"
+    rows.append(["AOF everysec (default)", merged, f"{m['cores']} cores", rate, "", ""])
     return rows
 
 
@@ -162,12 +165,35 @@ NOTES = """
 Each client thread POSTs the same application/blosc body (EM-like uint8, lz4) to
 /v1/blaze/cutout/ as fast as the service answers 201; figures are raw-voxel MB/s. The buffer is
 emptied between rounds with FLUSHDB, so no merge runs during acceptance. The buffer's Redis runs
-as `ndstore up` runs it: AOF on, appendfsync everysec, no eviction. The cache-tier write column
-divides by the cache-tier write rate of aligned 16 MiB regions with the same number of client
-threads, measured in the same run (DESIGN.md goal: >= 5x). The merge row: random 64x64x16
-writes, merged on demand by the merger daemon (Spark local[*]); MB/s of whole supercuboids
-read, patched and written back (a merge rewrites every touched 16 MiB supercuboid).
+as `ndstore up` runs it (AOF on, appendfsync everysec, no eviction) and, for comparison, with
+NDSTORE_BLAZE_REDIS_APPENDONLY=no (pending writes live in memory only: a Redis crash loses them).
+The cache-write column divides by the cache-tier write rate of aligned 16 MiB regions with the
+same number of client threads, in the same stack (DESIGN.md goal: >= 5x). The merge row: random
+64x64x16 writes, merged on demand by the merger daemon (Spark local[*]); MB/s of whole
+supercuboids read, patched and written back (a merge rewrites every touched 16 MiB supercuboid).
 """
+
+
+def measure_mode(env: dict[str, str], sizes: list[str], thread_counts: list[int], rounds: int,
+                 merge_writes: int | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"cache_write": {}, "redis_set": {}, "blaze": {}}
+    with local_stack({**BLAZE_SETTINGS, **env}) as stack:
+        create_dataset(stack, FRAME)
+        for threads in thread_counts:
+            out["cache_write"][threads] = cache_write_rate(stack, threads, rounds)
+            print(f"cache write x{threads}: {fmt(out['cache_write'][threads])}", flush=True)
+        for size in sizes:
+            body = body_of(BOXES[size])
+            out["redis_set"][size] = redis_set_rate(stack.blaze_redis_url, body, int(np.prod(BOXES[size])), rounds)
+            out["blaze"][size] = {}
+            for threads in thread_counts:
+                out["blaze"][size][threads] = acceptance(stack, BOXES[size], body, threads, rounds)
+                print(f"{size} x{threads}: {fmt(out['blaze'][size][threads])} "
+                      f"(Redis SET {fmt(out['redis_set'][size])})", flush=True)
+        if merge_writes:
+            out["merge"] = merge_rate(stack, merge_writes)
+            print(f"merge: {out['merge']}", flush=True)
+    return out
 
 
 def main() -> None:
@@ -177,25 +203,12 @@ def main() -> None:
     rounds = 2 if args.quick else 3
     sizes = ["64 KiB", "1 MiB", "16 MiB"] if args.quick else list(BOXES)
     thread_counts = [1, 2] if args.quick else [1, 2, 4]
-    record: dict[str, Any] = {"hardware": hardware(), "quick": args.quick, "rounds": rounds, "blaze": {},
-                              "redis_set": {}, "cache_write": {}}
+    record: dict[str, Any] = {"hardware": hardware(), "quick": args.quick, "rounds": rounds, "modes": {}}
     record["loopback"] = {t: loopback_rates(body_of(BOXES["16 MiB"]), t, rounds) for t in thread_counts}
-    with local_stack(BLAZE_SETTINGS) as stack:
-        create_dataset(stack, FRAME)
-        for threads in thread_counts:
-            record["cache_write"][threads] = cache_write_rate(stack, threads, rounds)
-            print(f"cache write x{threads}: {fmt(record['cache_write'][threads])}", flush=True)
-        for size in sizes:
-            body = body_of(BOXES[size])
-            raw = int(np.prod(BOXES[size]))
-            record["redis_set"][size] = redis_set_rate(stack.blaze_redis_url, body, raw, rounds)
-            record["blaze"][size] = {}
-            for threads in thread_counts:
-                record["blaze"][size][threads] = acceptance(stack, BOXES[size], body, threads, rounds)
-                print(f"{size} x{threads}: {fmt(record['blaze'][size][threads])} "
-                      f"(Redis SET {fmt(record['redis_set'][size])})", flush=True)
-        record["merge"] = merge_rate(stack, 200 if args.quick else 1000)
-        print(f"merge: {record['merge']}", flush=True)
+    for i, (mode, env) in enumerate(MODES.items()):
+        merge_writes = None if i else (200 if args.quick else 1000)
+        record["modes"][mode] = measure_mode(env, sizes, thread_counts, rounds, merge_writes)
+    record["merge"] = record["modes"][next(iter(MODES))].pop("merge")
     print(write_results("blaze", record, table(record), HEADER, NOTES))
 
 

@@ -44,16 +44,18 @@ class MergeDaemon:
         requests = self.buffer.take_merge_requests()
         if not requests and not self.due():
             return None
+        started = time.time()
         for r in requests:
-            self.buffer.set_merge_status(r["id"], {"state": "running", "started_at": time.time()})
+            self.buffer.set_merge_status(r["id"], {"state": "running", "started_at": started})
         try:
             result = self.run_round()
         except Exception as exc:
             for r in requests:
-                self.buffer.set_merge_status(r["id"], {"state": "failed", "error": str(exc)})
+                self.buffer.set_merge_status(r["id"], {"state": "failed", "started_at": started, "error": str(exc)})
             raise
         for r in requests:
-            self.buffer.set_merge_status(r["id"], {"state": "done", "finished_at": time.time(), **result.as_dict()})
+            self.buffer.set_merge_status(r["id"], {"state": "done", "started_at": started, "finished_at": time.time(),
+                                                   **result.as_dict()})
         if result.supercuboids:
             log.info("merged %d blobs into %d supercuboids in %.1fs", result.blobs_applied, result.supercuboids,
                      result.seconds)

@@ -28,6 +28,7 @@ def spark_session(master: str, app_name: str = "ndstore-blaze-merge") -> Any:
     """A SparkSession with Kryo serialization, bound to loopback, running workers on this
     interpreter (without PYSPARK_PYTHON they would not find numpy)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else Spark picks the host's first address
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.master(master).appName(app_name)

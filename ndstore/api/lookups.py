@@ -31,6 +31,20 @@ def channel(exp: Experiment, name: str) -> Channel:
     return found
 
 
+def channel_path(collection_name: str, experiment_name: str, channel_name: str) -> tuple[Collection, Experiment,
+                                                                                           Channel]:
+    """collection/experiment/channel in one query (the cutout hot path); when that finds
+    nothing, step by step, so the 404 names the first that does not exist."""
+    found = (Channel.objects.select_related("experiment__collection", "experiment__coord_frame")
+             .filter(name=channel_name, experiment__name=experiment_name,
+                     experiment__collection__name=collection_name).first())
+    if found is None:
+        coll = collection(collection_name)
+        exp = experiment(coll, experiment_name)
+        return coll, exp, channel(exp, channel_name)
+    return found.experiment.collection, found.experiment, found
+
+
 def coord_frame(name: str) -> CoordinateFrame:
     found = CoordinateFrame.objects.filter(name=name).first()
     if found is None:

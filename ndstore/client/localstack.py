@@ -48,14 +48,15 @@ def wait_until(check: object, what: str, timeout: float = 30.0) -> None:
 
 
 def start_redis(data_dir: Path, port: int, appendfsync: str = "everysec",
-                extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
-    """A redis-server on 127.0.0.1:port with AOF persistence under data_dir."""
+                extra: tuple[str, ...] = (), appendonly: bool = True) -> subprocess.Popen[bytes]:
+    """A redis-server on 127.0.0.1:port with AOF persistence (unless appendonly is False) under data_dir."""
     exe = shutil.which("redis-server")
     if exe is None:
         raise RuntimeError("redis-server is not installed; `make run` installs it with apt")
     data_dir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir), "--appendonly", "yes",
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir),
+         "--appendonly", "yes" if appendonly else "no",
          "--appendfsync", appendfsync, "--save", "", "--daemonize", "no", "--protected-mode", "yes",
          "--logfile", str(data_dir / "redis.log"), *extra],
         stdout=subprocess.DEVNULL,
@@ -101,7 +102,8 @@ class LocalStack:
         self.procs.append(start_redis(self.data_dir / "redis", self.redis_port, appendfsync=fsync))
         env = self.environment()
         self.procs.append(start_redis(self.data_dir / "blaze-redis", self.blaze_redis_port, appendfsync=fsync,
-                                      extra=self._blaze_redis_limits(env)))
+                                      extra=self._blaze_redis_limits(env),
+                                      appendonly=env.get("NDSTORE_BLAZE_REDIS_APPENDONLY", "yes") == "yes"))
         subprocess.run([sys.executable, "-m", "django", "ndstore_prepare"], env=env, check=True, cwd=ROOT)
         cli = [sys.executable, "-m", "ndstore.client.cli"]
         self.procs.append(subprocess.Popen([*cli, "daemons"], env=env, cwd=ROOT))

@@ -19,9 +19,9 @@ SETTING_SOURCES = ["ndstore/config.py", "ndstore/api/settings/base.py", "ndstore
 # Read by libraries (boto3, Django, dj-database-url, glibc, CPython), not by our code.
 EXTERNAL = {"DATABASE_URL", "DJANGO_SETTINGS_MODULE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
             "AWS_DEFAULT_REGION", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
-            "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED"}
+            "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYSPARK_PYTHON"}
 # The services whose containers run our image.
-OURS = ("web", "migrate", "daemons")
+OURS = ("web", "migrate", "daemons", "merger")
 
 
 def settings_read_by_code() -> set[str]:
@@ -117,7 +117,8 @@ def compose() -> dict[str, Any]:
 
 def test_compose_services_are_complete(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"nginx", "web", "migrate", "daemons", "redis", "minio", "dynamodb", "postgres"}
+    assert set(services) == {"nginx", "web", "migrate", "daemons", "merger", "redis", "blaze-redis", "minio",
+                             "dynamodb", "postgres"}
     for name, svc in services.items():
         assert "image" in svc or "build" in svc, name
         deps = svc.get("depends_on", [])
@@ -168,6 +169,18 @@ def test_compose_migrate_command_exists(compose: dict[str, Any]) -> None:
         assert cmd[:3] == ["python", "-m", "ndstore.client.cli"], cmd
         cli = (ROOT / "ndstore/client/cli.py").read_text()
         assert re.search(rf"def {cmd[3]}\(|command\(\s*(name=)?\"{cmd[3]}\"", cli), cmd
+
+
+def test_compose_runs_the_merger_on_its_own_redis(compose: dict[str, Any]) -> None:
+    s = compose["services"]
+    assert s["merger"]["command"] == ["python", "-m", "ndstore.client.cli", "blaze", "merger"]
+    env = s["merger"]["environment"]
+    assert env["NDSTORE_BLAZE_REDIS_URL"].startswith("redis://blaze-redis:")
+    assert env["NDSTORE_REDIS_URL"] != env["NDSTORE_BLAZE_REDIS_URL"]
+    cmd = s["blaze-redis"]["command"]
+    assert cmd[cmd.index("--maxmemory-policy") + 1] == "noeviction" and cmd[cmd.index("--appendonly") + 1] == "yes"
+    runs = " ".join(args for word, args in dockerfile_instructions() if word == "RUN")
+    assert "openjdk-17-jre-headless" in runs  # the Spark driver's JVM
 
 
 def test_compose_mounts_exist(compose: dict[str, Any]) -> None:

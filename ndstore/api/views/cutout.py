@@ -44,9 +44,7 @@ class CutoutView(APIView):
         return shape, self.cutout.channel.dtype
 
     def _resolve(self, request: Any, level: int, kw: dict[str, Any]) -> Any:
-        coll = lookups.collection(kw["collection"])
-        exp = lookups.experiment(coll, kw["experiment"])
-        chan = lookups.channel(exp, kw["channel"])
+        coll, exp, chan = lookups.channel_path(kw["collection"], kw["experiment"], kw["channel"])
         auth.require(request.user, level, coll, exp, chan)
         box = Box.from_ranges(kw["x"], kw["y"], kw["z"])
         t = kw.get("t")
