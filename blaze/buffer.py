@@ -2,16 +2,18 @@
 
 Keys (see docs/design/blaze.md):
   blz:seq              the last sequence number handed out (INCR: monotonic across processes)
-  blz:blob:<seq>       hash: h = header JSON, n = body parts, b0.. = body parts (64 MiB each),
-                       size = body bytes, refs = supercuboids still to merge it, at = arrival (ms)
+  blz:blob:<seq>       hash: h = header JSON, n = body parts, size = body bytes,
+                       refs = supercuboids still to merge it, at = arrival (ms)
+  blz:blob:<seq>:<i>   string: part i of the body (64 MiB each). Strings, not hash fields:
+                       Redis stores a SET's value as it arrived but copies an HSET's.
   blz:sc:<name>        sorted set of the seqs of pending blobs touching supercuboid <name>
   blz:pending          sorted set of supercuboid names with pending blobs, score = oldest seq
   blz:bytes            body bytes pending (the back-pressure counter); blz:count, blobs pending
   blz:bad              hash seq -> why a blob could not be decoded (kept out of merges)
   blz:merge:requests   list of on-demand merge requests; blz:merge:status hash id -> JSON
-An append is one MULTI: the body goes to a fresh key, then a Lua script checks the limit,
-takes a sequence number, renames the blob to carry it, and indexes it under every supercuboid
-it touches; so a blob is either wholly pending or absent, never half-indexed.
+An append is one MULTI: the body goes to fresh keys, then a Lua script checks the limit,
+takes a sequence number, renames the blob's keys to carry it, and indexes it under every
+supercuboid it touches; so a blob is either wholly pending or absent, never half-indexed.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ PART_BYTES = 64 << 20  # Redis caps one value at 512 MB; big bodies are stored i
 SEQ_DIGITS = 16
 
 _APPEND = """
-local size = tonumber(ARGV[1])
+local size, parts = tonumber(ARGV[1]), tonumber(ARGV[3])
 local pending = tonumber(redis.call('GET', KEYS[3]) or '0')
 if pending > 0 and pending + size > tonumber(ARGV[2]) then
   redis.call('DEL', KEYS[1])
+  for i = 0, parts - 1 do redis.call('DEL', KEYS[1] .. ':' .. i) end
   return -1
 end
 local seq = redis.call('INCR', KEYS[2])
@@ -42,10 +45,14 @@ local key = string.format('blz:blob:%016d', seq)
 local t = redis.call('TIME')
 redis.call('RENAME', KEYS[1], key)
 redis.call('PERSIST', key)
-redis.call('HSET', key, 'refs', #ARGV - 2, 'size', size, 'at', t[1] * 1000 + math.floor(t[2] / 1000))
+for i = 0, parts - 1 do
+  redis.call('RENAME', KEYS[1] .. ':' .. i, key .. ':' .. i)
+  redis.call('PERSIST', key .. ':' .. i)
+end
+redis.call('HSET', key, 'refs', #ARGV - 3, 'size', size, 'at', t[1] * 1000 + math.floor(t[2] / 1000))
 redis.call('INCRBY', KEYS[3], size)
 redis.call('INCR', KEYS[5])
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   redis.call('ZADD', 'blz:sc:' .. ARGV[i], seq, seq)
   redis.call('ZADD', KEYS[4], 'NX', seq, ARGV[i])
 end
@@ -59,6 +66,7 @@ for i = 2, #ARGV do
     local key = string.format('blz:blob:%016d', tonumber(ARGV[i]))
     if redis.call('EXISTS', key) == 1 and redis.call('HINCRBY', key, 'refs', -1) <= 0 then
       redis.call('DECRBY', KEYS[3], tonumber(redis.call('HGET', key, 'size') or '0'))
+      for p = 0, tonumber(redis.call('HGET', key, 'n') or '1') - 1 do redis.call('DEL', key .. ':' .. p) end
       redis.call('DEL', key)
       redis.call('DECR', KEYS[4])
     end
@@ -109,11 +117,11 @@ class RedisBlazeBuffer:
         parts = [view[i:i + PART_BYTES] for i in range(0, len(body), PART_BYTES)] or [view]
         pipe = self.client.pipeline(transaction=True)
         pipe.hset(tmp, mapping={"h": header, "n": len(parts)})
-        for i, part in enumerate(parts):
-            pipe.hset(tmp, f"b{i}", part)  # one field per command (see docs/design/cache-tier.md)
         pipe.pexpire(tmp, 3_600_000)  # an orphan of a failed transaction does not stay for ever
+        for i, part in enumerate(parts):
+            pipe.set(f"{tmp}:{i}", part, px=3_600_000)
         self._append(keys=[tmp, "blz:seq", "blz:bytes", "blz:pending", "blz:count"],
-                     args=[len(body), self.max_pending_bytes, *names], client=pipe)
+                     args=[len(body), self.max_pending_bytes, len(parts), *names], client=pipe)
         try:
             seq = int(pipe.execute()[-1])
         except (redis.exceptions.ResponseError, redis.exceptions.ExecAbortError) as exc:
@@ -135,14 +143,24 @@ class RedisBlazeBuffer:
 
     def blobs(self, seqs: Sequence[int]) -> list[PendingBlob]:
         """The blobs of ``seqs`` in seq order; a blob merged and deleted meanwhile is skipped."""
+        ordered = sorted(seqs)
         pipe = self.client.pipeline(transaction=False)
-        for seq in sorted(seqs):
-            pipe.hgetall(blob_key(seq))
+        for seq in ordered:
+            pipe.hmget(blob_key(seq), "h", "n")
+            pipe.get(f"{blob_key(seq)}:0")
+        replies = pipe.execute()
         out = []
-        for seq, fields in zip(sorted(seqs), pipe.execute()):
-            if fields:
-                parts = [fields[f"b{i}".encode()] for i in range(int(fields[b"n"]))]
-                out.append(PendingBlob(seq, fields[b"h"], parts[0] if len(parts) == 1 else b"".join(parts)))
+        for seq, (header, parts), first in zip(ordered, replies[0::2], replies[1::2]):
+            if header is None or first is None:
+                continue  # merged and deleted since the snapshot
+            body = first
+            if int(parts) > 1:
+                rest: list[bytes | None] = self.client.mget(  # type: ignore[assignment]
+                    [f"{blob_key(seq)}:{i}" for i in range(1, int(parts))])
+                if any(r is None for r in rest):
+                    continue
+                body = b"".join([first, *(r for r in rest if r is not None)])
+            out.append(PendingBlob(seq, header, body))
         return out
 
     def release(self, name: str, seqs: Sequence[int]) -> int:

@@ -84,6 +84,16 @@ class Merger:
             total = total + self.merge_one(name)
         return total
 
+    def discard(self, prefix: str) -> int:
+        """Drop every pending blob of the supercuboids whose names start with ``prefix`` (a
+        channel being deleted), each under its write lock so no merge is half way through it.
+        Returns how many (supercuboid, blob) entries were dropped."""
+        dropped = 0
+        for name in self.buffer.pending_names(prefix):
+            with self.tier.locks.write([name]):
+                dropped += self.buffer.release(name, self.buffer.pending_seqs([name])[name])
+        return dropped
+
     def merge_one(self, name: str) -> MergeResult:
         started = time.perf_counter()
         key = SupercuboidKey.from_name(name)

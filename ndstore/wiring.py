@@ -18,7 +18,7 @@ from ndstore.config import Config
 from ndstore.engine.base_tier import BaseTier
 from ndstore.engine.cache_tier import CacheTier
 from ndstore.engine.direct import CoherentDirect
-from ndstore.engine.volume import Cutout
+from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.engine.writeback import CacheManager, Flusher
 from ndstore.storage import redis_client
 from ndstore.storage.dynamodb import DynamoSupercuboidIndex
@@ -84,6 +84,12 @@ class Services:
         if path == "direct" or access_mode == "no_cache":
             return self.direct
         return self.cache_tier
+
+    def purge_channel(self, channel: ChannelVolume) -> int:
+        """Delete every voxel of a channel: its pending NDBlaze writes first (so no merge can
+        bring them back), then cached and stored supercuboids. Returns stored ones deleted."""
+        self.merger.discard(channel.name_prefix)
+        return self.cache_tier.purge(channel)
 
     def flusher(self) -> Flusher:
         c = self.config

@@ -42,27 +42,26 @@ def moto_endpoint() -> Iterator[str]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def _redis_server(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[str]:
     from ndstore.client.localstack import free_port, start_redis
 
     port = free_port()
-    proc = start_redis(tmp_path_factory.mktemp("redis"), port)
+    proc = start_redis(tmp_path_factory.mktemp(name), port)
     yield f"redis://127.0.0.1:{port}/0"
     proc.terminate()
     proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The locks' and the cache tier's redis-server."""
+    yield from _redis_server(tmp_path_factory, "redis")
 
 
 @pytest.fixture(scope="session")
 def blaze_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The NDBlaze buffer's own redis-server, as in a deployment."""
-    from ndstore.client.localstack import free_port, start_redis
-
-    port = free_port()
-    proc = start_redis(tmp_path_factory.mktemp("blaze-redis"), port)
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
-    proc.wait(timeout=10)
+    yield from _redis_server(tmp_path_factory, "blaze-redis")
 
 
 @pytest.fixture(scope="session")

@@ -216,8 +216,7 @@ class CacheTier:
     def purge(self, channel: ChannelVolume) -> int:
         """Delete every voxel of a channel: cached copies (dirty ones too, unflushed), then every
         stored supercuboid. Returns the number of stored supercuboids deleted."""
-        prefix = f"{channel.collection_id}&{channel.experiment_id}&{channel.channel_id}&"
-        for name in self.cache.names_with_prefix(prefix):
+        for name in self.cache.names_with_prefix(channel.name_prefix):
             with self.locks.write([name]):
                 self.cache.evict(name)
         return self.base.purge(channel)

@@ -8,7 +8,7 @@ import numpy as np
 
 from ndstore.core.errors import InvalidRequest, PayloadTooLarge
 from ndstore.core.geometry import Box, Grid, HierarchyMethod, check_inside, grid_for_level, level_extent
-from ndstore.core.keys import VolumeKey
+from ndstore.core.keys import SEPARATOR, VolumeKey
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,11 @@ class ChannelVolume:
 
     def extent(self, resolution: int) -> Box:
         return level_extent(self.frame, resolution, self.method)
+
+    @property
+    def name_prefix(self) -> str:
+        """The start of every supercuboid name (lock, cache entry, NDBlaze index) of this channel."""
+        return f"{self.collection_id}{SEPARATOR}{self.experiment_id}{SEPARATOR}{self.channel_id}{SEPARATOR}"
 
     def volume_key(self, resolution: int, time: int) -> VolumeKey:
         return VolumeKey(self.collection_id, self.experiment_id, self.channel_id, resolution, time)

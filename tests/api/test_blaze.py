@@ -108,3 +108,17 @@ def test_a_full_buffer_answers_503_with_retry_after(admin: APIClient, dataset: D
     assert r.status_code == 503 and int(r["Retry-After"]) > 0
     assert "NDBlaze buffer" in r.json()["message"]
     assert np.array_equal(get_array(admin, url, (1, 30, 30), "uint8"), first)  # the refused write left no trace
+
+
+def test_deleting_a_channel_drops_its_pending_blaze_writes(admin: APIClient, dataset: Dataset) -> None:
+    keep = blaze_url(dataset, "img8", (0, 16), (0, 16), (0, 2))
+    assert post_blosc(admin, keep, np.full((2, 16, 16), 4, np.uint8)).status_code == 201
+    assert post_blosc(admin, blaze_url(dataset, "f32", (0, 16), (0, 16), (0, 2)),
+                      np.ones((2, 16, 16), np.float32)).status_code == 201
+    r = admin.delete(f"/v1/collection/{dataset.collection}/experiment/{dataset.experiment}/channel/f32/")
+    assert r.status_code == 204
+    buffer = services().blaze_buffer
+    stats = buffer.stats()
+    assert (stats.blobs, stats.supercuboids) == (1, 1)  # img8's write only
+    merge_via_daemon()
+    assert (get_array(admin, keep, (2, 16, 16), "uint8") == 4).all()

@@ -52,6 +52,7 @@ def wide_channel() -> ChannelVolume:
 
 
 def test_spark_merge_round_equals_the_reference(wired: Blaze, spark: Any) -> None:
+    assert spark.conf.get("spark.serializer") == "org.apache.spark.serializer.KryoSerializer"
     channel = small_channel("uint8")
     base = seed_base(wired, channel)
     ref = reference(channel, base, write_random(wired, channel, random.Random(21), 60))

@@ -46,6 +46,16 @@ class Up:
         s.headers["Authorization"] = f"Token {TOKEN}"
         return s
 
+    def create(self, collection: str, frame: tuple[int, int, int], channel: str, fields: dict[str, str]) -> None:
+        """A coordinate frame, collection, experiment `e` and channel, each answered 201."""
+        s, url = self.session(), f"{self.url}/v1"
+        x, y, z = frame
+        assert s.post(f"{url}/coord/{collection}_f/", json={"x_stop": x, "y_stop": y, "z_stop": z}).status_code == 201
+        assert s.post(f"{url}/collection/{collection}/", json={}).status_code == 201
+        assert s.post(f"{url}/collection/{collection}/experiment/e/",
+                      json={"coord_frame": f"{collection}_f"}).status_code == 201
+        assert s.post(f"{url}/collection/{collection}/experiment/e/channel/{channel}/", json=fields).status_code == 201
+
 
 @pytest.fixture
 def up(tmp_path: Path) -> Iterator[Up]:
@@ -58,11 +68,7 @@ def up(tmp_path: Path) -> Iterator[Up]:
 def test_data_survives_a_restart(up: Up) -> None:
     up.start()
     s = up.session()
-    assert s.post(f"{up.url}/v1/coord/f/", json={"x_stop": 700, "y_stop": 600, "z_stop": 80}).status_code == 201
-    assert s.post(f"{up.url}/v1/collection/keep/", json={}).status_code == 201
-    assert s.post(f"{up.url}/v1/collection/keep/experiment/e/", json={"coord_frame": "f"}).status_code == 201
-    channel = f"{up.url}/v1/collection/keep/experiment/e/channel/c/"
-    assert s.post(channel, json={"datatype": "uint16"}).status_code == 201
+    up.create("keep", (700, 600, 80), "c", {"datatype": "uint16"})
     data = np.random.default_rng(0).integers(0, 60000, (70, 500, 600), dtype=np.uint16)
     url = f"{up.url}/v1/cutout/keep/e/c/0/50:650/40:540/5:75/"
     r = s.post(url, data=data.tobytes(), headers={"Content-Type": "application/octet-stream"})
@@ -82,11 +88,7 @@ def test_data_survives_a_restart(up: Up) -> None:
 def test_blaze_writes_survive_a_restart_and_the_merger_of_up_merges_them(up: Up) -> None:
     up.start()
     s = up.session()
-    assert s.post(f"{up.url}/v1/coord/bf/", json={"x_stop": 600, "y_stop": 600, "z_stop": 40}).status_code == 201
-    assert s.post(f"{up.url}/v1/collection/bl/", json={}).status_code == 201
-    assert s.post(f"{up.url}/v1/collection/bl/experiment/e/", json={"coord_frame": "bf"}).status_code == 201
-    assert s.post(f"{up.url}/v1/collection/bl/experiment/e/channel/ann/",
-                  json={"type": "annotation", "datatype": "uint64"}).status_code == 201
+    up.create("bl", (600, 600, 40), "ann", {"type": "annotation", "datatype": "uint64"})
     data = np.random.default_rng(1).integers(1, 1 << 40, (10, 300, 400), dtype=np.uint64)
     blaze = f"{up.url}/v1/blaze/cutout/bl/e/ann/0/100:500/200:500/20:30/"
     r = s.post(blaze, data=data.tobytes(), headers={"Content-Type": "application/octet-stream"})

@@ -168,7 +168,7 @@ class ChannelView(ResourceView):
         sourcing = [c.name for c in obj.experiment.channels.exclude(pk=obj.pk) if obj.name in c.sources]
         if sourcing:
             raise Conflict(f"{obj.name} is the source of {', '.join(sourcing)}; delete those first")
-        services().cache_tier.purge(lookups.channel_volume(obj))
+        services().purge_channel(lookups.channel_volume(obj))
 
 
 class ListView(APIView):
