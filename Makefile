@@ -20,10 +20,12 @@ test: system-deps venv
 bench: system-deps venv
 	$(PY) -m benchmarks.bench_direct
 	$(PY) -m benchmarks.bench_cache
+	$(PY) -m benchmarks.bench_blaze
 
 bench-quick: system-deps venv
 	$(PY) -m benchmarks.bench_direct --quick
 	$(PY) -m benchmarks.bench_cache --quick
+	$(PY) -m benchmarks.bench_blaze --quick
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -124,6 +124,9 @@ class RedisBlazeBuffer:
                      args=[len(body), self.max_pending_bytes, len(parts), *names], client=pipe)
         try:
             seq = int(pipe.execute()[-1])
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            raise StorageError(f"the NDBlaze buffer did not answer ({exc}); the write may not have been stored: "
+                               "retry it") from exc
         except (redis.exceptions.ResponseError, redis.exceptions.ExecAbortError) as exc:
             if "OOM" in str(exc):
                 raise BufferFull("the NDBlaze buffer's Redis is out of memory; retry after the next merge") from None

@@ -109,7 +109,9 @@ def build(config: Config) -> Services:
     cache = CacheTier(RedisCuboidCache(redis_client.connect(config.cache_redis_url)), base, locks,
                       config.io_parallelism)
     direct = CoherentDirect(cache)
-    buffer = RedisBlazeBuffer(redis_client.connect(config.blaze_redis_url), config.blaze_max_pending_bytes)
+    # NDBlaze bodies reach 1 GiB: a write may take longer than redis-py's default 5 s timeout.
+    buffer = RedisBlazeBuffer(redis_client.connect(config.blaze_redis_url, socket_timeout=300),
+                              config.blaze_max_pending_bytes)
     return Services(config, objects, index, base, cache, direct, buffer, BlazeTier(buffer, direct),
                     Merger(buffer, cache))
 

@@ -248,3 +248,103 @@ def test_merge_drops_stale_cached_copies_and_keeps_dirty_cache_writes(blaze: Bla
     expected[0][small.box.slices_zyx()] = 8
     assert np.array_equal(tier.read(Cutout(channel, 0, box, range(1))), expected)  # through the cache
     assert np.array_equal(tier.base.read(Cutout(channel, 0, box, range(1))), expected)
+
+
+def test_the_merger_daemon_runs_rounds_on_age_backlog_and_request(blaze: Blaze) -> None:
+    from blaze.daemon import MergeDaemon
+
+    rounds: list[int] = []
+
+    def run_round() -> Any:
+        rounds.append(1)
+        return blaze.merger.merge(blaze.buffer.pending_names())
+
+    channel = small_channel("uint8")
+    cutout = Cutout(channel, 0, Box((0, 0, 0), (32, 32, 4)), range(1))
+    body = np.full(cutout.shape, 5, np.uint8).tobytes()
+    daemon = MergeDaemon(blaze.buffer, run_round, interval_s=3600, backlog_bytes=10_000)
+    assert daemon.step() is None  # nothing pending
+    blaze.tier.write_body(cutout, body, "application/octet-stream", True)  # 4 KiB: under the backlog
+    assert daemon.step() is None and not rounds
+    request = blaze.buffer.request_merge()
+    assert daemon.step() is not None and blaze.buffer.merge_status(request)["state"] == "done"  # type: ignore[index]
+    for _ in range(3):
+        blaze.tier.write_body(cutout, body, "application/octet-stream", True)  # 12 KiB: past it
+    assert daemon.step() is not None and blaze.buffer.stats().blobs == 0
+    blaze.tier.write_body(cutout, body, "application/octet-stream", True)
+    daemon.interval_s = 0.0  # the oldest write has waited long enough
+    assert daemon.step() is not None and len(rounds) == 3
+
+
+def test_acknowledged_blaze_writes_survive_a_sigkill_of_the_buffer_redis(tmp_path: Any, redis_url: str) -> None:
+    import os
+    import signal
+
+    import redis
+
+    from ndstore.client.localstack import free_port, start_redis
+
+    redis.Redis.from_url(redis_url).flushdb()
+    port = free_port()
+    proc = start_redis(tmp_path / "blaze-redis", port)  # AOF, appendfsync everysec: as `ndstore up` runs it
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        blaze = make_blaze(tmp_path, redis_url, url)
+        channel = small_channel("uint8")
+        ref = reference(channel, np.zeros(whole(channel).shape[1:], np.uint8),
+                        write_random(blaze, channel, random.Random(8), 20))  # all acknowledged
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc = start_redis(tmp_path / "blaze-redis", port)
+        blaze = make_blaze(tmp_path, redis_url, url)
+        assert blaze.buffer.stats().blobs == 20
+        assert np.array_equal(blaze.tier.read(whole(channel))[0], ref)
+        blaze.merger.merge(blaze.buffer.pending_names())
+        assert np.array_equal(blaze.cache_tier.base.read(whole(channel))[0], ref)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+class FailingPuts:
+    """The object store, except that every put fails (an S3 outage)."""
+
+    def __init__(self, objects: Any):
+        self._objects = objects
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._objects, name)
+
+    def put_many(self, items: Any) -> None:
+        raise OSError("S3 is unavailable")
+
+
+def test_an_object_store_failure_during_a_merge_keeps_every_blob_pending(blaze: Blaze) -> None:
+    channel = small_channel("uint8")
+    ref = reference(channel, np.zeros(whole(channel).shape[1:], np.uint8),
+                    write_random(blaze, channel, random.Random(12), 15))
+    def counts() -> tuple[int, int, int]:
+        s = blaze.buffer.stats()
+        return s.pending_bytes, s.blobs, s.supercuboids
+
+    pending = counts()
+    base = blaze.cache_tier.base
+    real, base.objects = base.objects, FailingPuts(base.objects)  # type: ignore[assignment]
+    with pytest.raises(OSError):
+        blaze.merger.merge(blaze.buffer.pending_names())
+    base.objects = real
+    assert counts() == pending
+    assert np.array_equal(blaze.tier.read(whole(channel))[0], ref)
+    blaze.merger.merge(blaze.buffer.pending_names())
+    assert np.array_equal(base.read(whole(channel))[0], ref)
+
+
+def test_an_unreachable_buffer_is_a_retryable_storage_error() -> None:
+    from blaze.buffer import RedisBlazeBuffer
+    from ndstore.client.localstack import free_port
+    from ndstore.core.errors import StorageError
+    from ndstore.storage import redis_client
+
+    buffer = RedisBlazeBuffer(redis_client.connect(f"redis://127.0.0.1:{free_port()}/0"), 1 << 20)
+    with pytest.raises(StorageError, match="retry"):
+        buffer.append(b"{}", b"body", ["1&1&1&0&0&0"])
