@@ -79,16 +79,20 @@ def _xyz(v: list[int]) -> XYZ:
     return int(v[0]), int(v[1]), int(v[2])
 
 
-def apply_to(target: Array, target_box: Box, target_times: range, header: BlobHeader, data: Array) -> None:
+def apply_to(target: Array, target_box: Box, target_times: range, header: BlobHeader, data: Array,
+             clip: Box | None = None, clip_time: int | None = None) -> None:
     """Overwrite the part of ``target`` ((t, z, y, x) over target_box and target_times) that the
-    blob covers with the blob's voxels. Overwriting is idempotent, so applying a blob twice in
-    the same order changes nothing."""
+    blob covers with the blob's voxels, only inside ``clip`` and time ``clip_time`` when given
+    (one supercuboid). Overwriting is idempotent, so applying a blob twice in the same order
+    changes nothing."""
     region = header.box.intersect(target_box)
+    if region is not None and clip is not None:
+        region = region.intersect(clip)
     if region is None:
         return
     into, src = region.slices_zyx(target_box.lo), region.slices_zyx(header.box.lo)
     for ti, t in enumerate(target_times):
-        if t in header.times:
+        if t in header.times and (clip_time is None or t == clip_time):
             target[ti][into] = data[t - header.times.start][src]
 
 

@@ -221,3 +221,16 @@ class RedisBlazeBuffer:
     def merge_status(self, request_id: str) -> dict[str, Any] | None:
         raw = self.client.hget("blz:merge:status", request_id)
         return json.loads(raw) if raw else None
+
+    # -- the merger's heartbeat --------------------------------------------------------------
+    def announce_merger(self, info: dict[str, Any], ttl_s: float) -> None:
+        """A running merger says so; the key expires `ttl_s` after its last beat."""
+        self.client.set("blz:merger", json.dumps(info), px=max(1, int(ttl_s * 1000)))
+
+    def retire_merger(self) -> None:
+        self.client.delete("blz:merger")
+
+    def merger(self) -> dict[str, Any] | None:
+        """The live merger's announcement (master, since, last_beat), or None when none beats."""
+        raw = self.client.get("blz:merger")
+        return json.loads(raw) if raw else None

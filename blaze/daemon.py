@@ -8,17 +8,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from blaze.buffer import RedisBlazeBuffer
 from blaze.merge import MergeResult
 
 log = logging.getLogger("ndstore.blaze")
+HEARTBEAT_S = 5.0
 
 
 class MergeDaemon:
     def __init__(self, buffer: RedisBlazeBuffer, run_round: Callable[[], MergeResult], interval_s: float,
-                 backlog_bytes: int, poll_s: float = 0.5):
+                 backlog_bytes: int, poll_s: float = 0.5, identity: dict[str, Any] | None = None):
         self.buffer = buffer
+        self.identity = {**(identity or {}), "since": time.time()}
         self.run_round = run_round
         self.interval_s = interval_s
         self.backlog_bytes = backlog_bytes
@@ -30,7 +33,30 @@ class MergeDaemon:
             return False
         return stats.pending_bytes >= self.backlog_bytes or (stats.oldest_age_s or 0.0) >= self.interval_s
 
+    def beat(self) -> None:
+        """Tell readers of the buffer (status, `ndstore up`) that a merger is alive."""
+        self.buffer.announce_merger({**self.identity, "last_beat": time.time()}, ttl_s=3 * HEARTBEAT_S)
+
+    def _beat_until(self, stop: threading.Event) -> None:
+        """Beats from a thread of their own, so a long merge round does not look like a dead merger."""
+        while not stop.is_set():
+            try:
+                self.beat()
+            except Exception:  # noqa: BLE001 - the buffer is down; the round loop reports it
+                log.warning("could not announce the merger to the buffer", exc_info=True)
+            stop.wait(HEARTBEAT_S)
+
     def run(self, stop: threading.Event) -> None:
+        threading.Thread(target=self._beat_until, args=(stop,), name="merger-heartbeat", daemon=True).start()
+        try:
+            self._run_rounds(stop)
+        finally:
+            try:
+                self.buffer.retire_merger()
+            except Exception:  # noqa: BLE001 - the announcement expires by itself
+                pass
+
+    def _run_rounds(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
                 self.step()

@@ -17,8 +17,9 @@ import numpy.typing as npt
 
 from blaze.blob import BlobHeader, apply_to, supercuboid_names
 from blaze.buffer import PendingBlob, RedisBlazeBuffer
-from ndstore.core import wire
+from ndstore.core import morton, wire
 from ndstore.core.errors import InvalidBody
+from ndstore.core.keys import SupercuboidKey
 from ndstore.engine.direct import CoherentDirect
 from ndstore.engine.volume import Cutout
 
@@ -43,7 +44,12 @@ class BlazeTier:
         self.write_body(cutout, fmt.encode(data.reshape(cutout.shape)), fmt.media_type, has_time=True)
 
     def read(self, cutout: Cutout) -> Array:
-        out, blobs = self.direct.read_with(cutout, self._pending)
+        """Base data plus, in each supercuboid, the blobs still pending *in that supercuboid*, in
+        seq order. A blob spanning two supercuboids may be merged into one and pending in the
+        other (a merge round in progress); applying it to both would overwrite newer writes
+        already merged into the first."""
+        out, (blobs, pending_in) = self.direct.read_with(cutout, self._pending)
+        grid = cutout.channel.grid(cutout.resolution)
         for blob in blobs:
             header = BlobHeader.from_json(blob.header)
             try:
@@ -51,10 +57,18 @@ class BlazeTier:
             except InvalidBody as exc:
                 log.warning("skipping undecodable NDBlaze blob %d: %s", blob.seq, exc)
                 continue
-            apply_to(out, cutout.box, cutout.times, header, data)
+            for name in pending_in[blob.seq]:
+                key = SupercuboidKey.from_name(name)
+                clip = grid.supercuboid_box(morton.decode_one(key.morton))
+                apply_to(out, cutout.box, cutout.times, header, data, clip, key.volume.time)
         return out
 
-    def _pending(self, names: Sequence[str]) -> list[PendingBlob]:
+    def _pending(self, names: Sequence[str]) -> tuple[list[PendingBlob], dict[int, list[str]]]:
         by_name = self.buffer.pending_seqs(names)
-        seqs = set().union(*by_name.values()) - self.buffer.bad_seqs() if by_name else set()
-        return self.buffer.blobs(sorted(seqs))
+        bad = self.buffer.bad_seqs()
+        pending_in: dict[int, list[str]] = {}
+        for name, seqs in by_name.items():
+            for seq in seqs:
+                if seq not in bad:
+                    pending_in.setdefault(seq, []).append(name)
+        return self.buffer.blobs(sorted(pending_in)), pending_in

@@ -250,6 +250,28 @@ def test_merge_drops_stale_cached_copies_and_keeps_dirty_cache_writes(blaze: Bla
     assert np.array_equal(tier.base.read(Cutout(channel, 0, box, range(1))), expected)
 
 
+def test_a_read_during_a_merge_round_applies_a_blob_only_where_it_is_still_pending(blaze: Blaze) -> None:
+    """Blob X spans supercuboids A and B; newer blob Y lies in B over X. After B alone is merged
+    (a round half way), X is pending in A only: a read must not re-apply X over Y in B."""
+    channel = small_channel("uint8")
+    sc = channel.grid(0).supercuboid
+    x_box = Box((sc[0] - 32, 0, 0), (sc[0] + 32, 32, 4))  # across the x boundary of A and B
+    y_box = Box((sc[0], 0, 0), (sc[0] + 16, 16, 4))  # inside B, over X
+    writes = []
+    for box, value in ((x_box, 3), (y_box, 9)):
+        cutout = Cutout(channel, 0, box, range(1))
+        data = np.full(cutout.shape, value, np.uint8)
+        writes.append(Write(blaze.tier.write_body(cutout, data.tobytes(), "application/octet-stream", True),
+                            cutout, data))
+    ref = reference(channel, np.zeros(whole(channel).shape[1:], np.uint8), writes)
+    b = next(n for n in blaze.buffer.pending_names() if blaze.buffer.pending_seqs([n])[n] == [w.seq for w in writes])
+    blaze.merger.merge_one(b)
+    assert len(blaze.buffer.pending_names()) == 1  # X still pending in A
+    assert np.array_equal(blaze.tier.read(whole(channel))[0], ref)
+    blaze.merger.merge(blaze.buffer.pending_names())
+    assert np.array_equal(blaze.cache_tier.base.read(whole(channel))[0], ref)
+
+
 def test_the_merger_daemon_runs_rounds_on_age_backlog_and_request(blaze: Blaze) -> None:
     from blaze.daemon import MergeDaemon
 
@@ -274,6 +296,31 @@ def test_the_merger_daemon_runs_rounds_on_age_backlog_and_request(blaze: Blaze) 
     blaze.tier.write_body(cutout, body, "application/octet-stream", True)
     daemon.interval_s = 0.0  # the oldest write has waited long enough
     assert daemon.step() is not None and len(rounds) == 3
+
+
+def test_a_running_merger_announces_itself_and_retires_when_stopped(blaze: Blaze) -> None:
+    import threading
+
+    from blaze.daemon import MergeDaemon
+    from blaze.merge import MergeResult
+    from ndstore.client.localstack import wait_until
+
+    assert blaze.buffer.merger() is None
+    daemon = MergeDaemon(blaze.buffer, lambda: MergeResult(), interval_s=3600, backlog_bytes=1 << 30,
+                         poll_s=0.05, identity={"master": "local[1]"})
+    stop = threading.Event()
+    runner = threading.Thread(target=daemon.run, args=(stop,))
+    runner.start()
+    try:
+        wait_until(lambda: blaze.buffer.merger() is not None, "the merger's announcement", timeout=10)
+        announced = blaze.buffer.merger()
+        assert announced is not None and announced["master"] == "local[1]"
+        assert announced["last_beat"] >= announced["since"]
+        assert 0 < blaze.buffer.client.pttl("blz:merger") <= 15_000  # a dead merger stops being announced
+    finally:
+        stop.set()
+        runner.join(10)
+    assert blaze.buffer.merger() is None
 
 
 def test_acknowledged_blaze_writes_survive_a_sigkill_of_the_buffer_redis(tmp_path: Any, redis_url: str) -> None:

@@ -14,9 +14,11 @@ from ndstore.wiring import services
 
 class BlazeMergeView(APIView):
     def get(self, request: Any) -> Response:
-        """What awaits merging: bytes, blobs, supercuboids, the oldest write's age."""
+        """What awaits merging (bytes, blobs, supercuboids, the oldest write's age) and the live
+        merger, if one beats (null when none does: pending writes then wait)."""
         auth.require_login(request.user, "see the NDBlaze buffer")
-        return Response({"pending": services().blaze_buffer.stats().as_dict()})
+        buffer = services().blaze_buffer
+        return Response({"pending": buffer.stats().as_dict(), "merger": buffer.merger()})
 
     def post(self, request: Any) -> Response:
         """Ask the merger daemon for a merge round now; 202 with where to watch it."""
