@@ -21,11 +21,15 @@ bench: system-deps venv
 	$(PY) -m benchmarks.bench_direct
 	$(PY) -m benchmarks.bench_cache
 	$(PY) -m benchmarks.bench_blaze
+	$(PY) -m benchmarks.bench_ingest
+	$(PY) -m benchmarks.bench_downsample
 
 bench-quick: system-deps venv
 	$(PY) -m benchmarks.bench_direct --quick
 	$(PY) -m benchmarks.bench_cache --quick
 	$(PY) -m benchmarks.bench_blaze --quick
+	$(PY) -m benchmarks.bench_ingest --quick
+	$(PY) -m benchmarks.bench_downsample --quick
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -270,16 +270,6 @@ def object_store_rates(store: CeilingStore, objects: list[bytes], region_bytes: 
 # --- loopback servers -------------------------------------------------------------------------
 
 
-# moto's threaded server, run by ``python -c`` in a child process with the port as argv[1].
-_MOTO_CHILD = """
-import logging, sys, threading
-from moto.server import ThreadedMotoServer
-logging.getLogger("werkzeug").setLevel(logging.ERROR)
-ThreadedMotoServer(ip_address="127.0.0.1", port=int(sys.argv[1]), verbose=False).start()
-threading.Event().wait()
-"""
-
-
 @dataclass(frozen=True)
 class ServerProcess:
     url: str
@@ -288,10 +278,11 @@ class ServerProcess:
 
 @contextmanager
 def moto_server() -> Iterator[ServerProcess]:
-    """moto's S3/DynamoDB server (ThreadedMotoServer) on a free 127.0.0.1 port, in a process of
-    its own, as a real object store would be: it must not share the client's interpreter lock."""
+    """moto's server (as `ndstore up` runs it) on a free 127.0.0.1 port, in a process of its own,
+    as a real object store would be: it must not share the client's interpreter lock."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", _MOTO_CHILD, str(port)], stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", "ndstore.client.moto_endpoint", "-p", str(port)],
+                            stdout=subprocess.DEVNULL)
     try:
         endpoint = f"http://127.0.0.1:{port}"
         wait_until(lambda: proc.poll() is None and requests.get(endpoint, timeout=1).status_code < 500,
@@ -324,12 +315,14 @@ class Stack:
 
 
 @contextmanager
-def local_stack(extra_env: dict[str, str], workers: int = 2, threads: int = 4) -> Iterator[Stack]:
+def local_stack(extra_env: dict[str, str], workers: int = 2, threads: int = 4,
+                with_merger: bool = True) -> Iterator[Stack]:
     """`ndstore up`'s stack (Redis, daemons, gunicorn) on free 127.0.0.1 ports, data in a temporary
     directory, the admin token ADMIN_TOKEN; gunicorn logs warnings only."""
     with tempfile.TemporaryDirectory(prefix="ndbench-") as tmp:
         env = {"NDSTORE_ADMIN_TOKEN": ADMIN_TOKEN, "GUNICORN_CMD_ARGS": "--log-level warning", **extra_env}
-        stack = LocalStack(Path(tmp), port=free_port(), workers=workers, threads=threads, extra_env=env)
+        stack = LocalStack(Path(tmp), port=free_port(), workers=workers, threads=threads, extra_env=env,
+                           with_merger=with_merger)
         try:
             stack.start()
             yield Stack(stack.url, {"Authorization": f"Token {ADMIN_TOKEN}"},

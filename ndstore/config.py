@@ -46,6 +46,20 @@ class Config:
     blaze_merge_backlog_bytes: int = field(
         default_factory=lambda: int(_env("NDSTORE_BLAZE_MERGE_BACKLOG_BYTES", str(GiB))))
     spark_master: str = field(default_factory=lambda: _env("NDSTORE_SPARK_MASTER", "local[*]"))
+    ingest_endpoint_url: str | None = field(default_factory=lambda: os.environ.get("NDSTORE_INGEST_ENDPOINT_URL"))
+    # What /v1/ingest/ tells upload clients, where they reach the endpoint by another name.
+    ingest_public_endpoint_url: str | None = field(
+        default_factory=lambda: os.environ.get("NDSTORE_INGEST_PUBLIC_ENDPOINT_URL"))
+    tile_bucket: str = field(default_factory=lambda: _env("NDSTORE_TILE_BUCKET", "ndstore-tiles"))
+    tile_index_table: str = field(default_factory=lambda: _env("NDSTORE_TILE_INDEX_TABLE", "ndstore-tile-index"))
+    ingest_queue_prefix: str = field(default_factory=lambda: _env("NDSTORE_INGEST_QUEUE_PREFIX", "ndstore-ingest"))
+    ingest_visibility_s: int = field(default_factory=lambda: int(_env("NDSTORE_INGEST_VISIBILITY_S", "60")))
+    ingest_max_tries: int = field(default_factory=lambda: int(_env("NDSTORE_INGEST_MAX_TRIES", "3")))
+    ingest_notify_queue: bool = field(default_factory=lambda: _env("NDSTORE_INGEST_NOTIFY_QUEUE", "1") == "1")
+    ingest_supercuboid_function: str = field(default_factory=lambda: _env("NDSTORE_INGEST_SUPERCUBOID_FUNCTION", ""))
+    ingest_cleanup_function: str = field(default_factory=lambda: _env("NDSTORE_INGEST_CLEANUP_FUNCTION", ""))
+    downsample_function: str = field(default_factory=lambda: _env("NDSTORE_DOWNSAMPLE_FUNCTION", ""))
+    ingest_workers: int = field(default_factory=lambda: int(_env("NDSTORE_INGEST_WORKERS", "2")))
     fsync: bool = field(default_factory=lambda: _env("NDSTORE_FSYNC", "1") == "1")
 
     @property

@@ -18,17 +18,23 @@ from ndstore.config import Config
 from ndstore.engine.base_tier import BaseTier
 from ndstore.engine.cache_tier import CacheTier
 from ndstore.engine.direct import CoherentDirect
+from ndstore.engine.downsample import Downsampler, DownsampleRuns
+from ndstore.engine.ingest import Ingest
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.engine.writeback import CacheManager, Flusher
 from ndstore.storage import redis_client
 from ndstore.storage.dynamodb import DynamoSupercuboidIndex
 from ndstore.storage.filestore import FileObjectStore
 from ndstore.storage.interfaces import ObjectStore, RWLocks, SupercuboidIndex
+from ndstore.storage.lambda_triggers import LambdaTriggers
 from ndstore.storage.locks import LocalLocks
 from ndstore.storage.redis_cache import RedisCuboidCache
 from ndstore.storage.rwlock import RedisRWLocks
 from ndstore.storage.s3 import S3ObjectStore
 from ndstore.storage.sqlite_index import SqliteSupercuboidIndex
+from ndstore.storage.sqs import SqsQueues
+from ndstore.storage.tile_bucket import S3TileBucket
+from ndstore.storage.tile_index import DynamoTileIndex
 
 OBJECT_STORES: dict[str, Callable[[Config], ObjectStore]] = {
     "file": lambda c: FileObjectStore(c.objects_dir, c.io_parallelism, c.fsync),
@@ -85,6 +91,33 @@ class Services:
             return self.direct
         return self.cache_tier
 
+    @functools.cached_property
+    def ingest(self) -> Ingest:
+        """The ingest pipeline's state and phases; built on first use (it needs the ingest
+        endpoints, which only the ingest paths use)."""
+        c = self.config
+        endpoint = c.ingest_endpoint_url
+        functions = {phase: name for phase, name in (("supercuboid", c.ingest_supercuboid_function),
+                                                     ("cleanup", c.ingest_cleanup_function)) if name}
+        triggers = (LambdaTriggers(endpoint, c.aws_region), functions) if functions else None
+        return Ingest(S3TileBucket(c.tile_bucket, endpoint, c.aws_region, c.io_parallelism),
+                      DynamoTileIndex(c.tile_index_table, endpoint, c.aws_region),
+                      SqsQueues(endpoint, c.aws_region), self.direct, c.ingest_queue_prefix, c.ingest_visibility_s,
+                      c.ingest_max_tries, triggers)
+
+    @functools.cached_property
+    def downsampler(self) -> Downsampler:
+        return Downsampler(self.direct, self.index)
+
+    @functools.cached_property
+    def downsample_runs(self) -> DownsampleRuns:
+        """SQS-driven hierarchy builds: their queues and state live with the ingest pipeline's."""
+        ingest, c = self.ingest, self.config
+        trigger = (LambdaTriggers(c.ingest_endpoint_url, c.aws_region), c.downsample_function) \
+            if c.downsample_function else None
+        return DownsampleRuns(self.downsampler, ingest.index, ingest.queues, c.ingest_queue_prefix,
+                              c.ingest_visibility_s, c.ingest_max_tries, trigger)
+
     def purge_channel(self, channel: ChannelVolume) -> int:
         """Delete every voxel of a channel: its pending NDBlaze writes first (so no merge can
         bring them back), then cached and stored supercuboids. Returns stored ones deleted."""
@@ -122,16 +155,24 @@ def services() -> Services:
     return build(Config())
 
 
-_MERGERS: dict[tuple[tuple[str, str], ...], Merger] = {}
+_SERVICES: dict[tuple[tuple[str, str], ...], Services] = {}
 
 
-def merger_for_settings(settings: Mapping[str, str]) -> Merger:
-    """A merger built from the NDSTORE_* settings a Spark driver sent with a task; one per
+def services_for_settings(settings: Mapping[str, str]) -> Services:
+    """Services built from the NDSTORE_* settings a Spark driver sent with a task; one per
     distinct settings in this (reused) worker process."""
     key = tuple(sorted(settings.items()))
-    if key not in _MERGERS:
+    if key not in _SERVICES:
         for name in [n for n in os.environ if n.startswith("NDSTORE_")]:
             del os.environ[name]
         os.environ.update(settings)
-        _MERGERS[key] = build(Config()).merger
-    return _MERGERS[key]
+        _SERVICES[key] = build(Config())
+    return _SERVICES[key]
+
+
+def merger_for_settings(settings: Mapping[str, str]) -> Merger:
+    return services_for_settings(settings).merger
+
+
+def downsampler_for_settings(settings: Mapping[str, str]) -> Downsampler:
+    return services_for_settings(settings).downsampler

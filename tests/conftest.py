@@ -1,6 +1,7 @@
 """Shared fixtures: real servers on loopback, each started and stopped by its fixture.
 
-- moto's ThreadedMotoServer: S3 and DynamoDB over real HTTP, one per test session.
+- moto's server (one request at a time, see ndstore/client/moto_endpoint.py): S3, SQS, DynamoDB
+  and Lambda over real HTTP, one per test session.
 - redis-server: its own free port and data directory, one per test session (and another for
   the NDBlaze buffer).
 - a SparkSession in local mode, one per test session, for the NDBlaze merge job.
@@ -31,14 +32,10 @@ os.environ.pop("AWS_PROFILE", None)
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
+    from ndstore.client.moto_endpoint import SerialMotoServer
 
-    from ndstore.client.localstack import free_port
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
+    server = SerialMotoServer().start()
+    yield server.url
     server.stop()
 
 
@@ -156,3 +153,46 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         for proc in procs:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+@pytest.fixture
+def ingest_env(service_env: dict[str, str], moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The service wired to moto (S3, DynamoDB, and the ingest pipeline's S3/SQS/DynamoDB) and the
+    test Redis, with a base-tier bucket and table, a tile bucket, table and queue prefix of its
+    own. Returns the suffix of those names."""
+    import uuid
+
+    import redis
+
+    from ndstore import wiring
+
+    redis.Redis.from_url(service_env["NDSTORE_REDIS_URL"]).flushdb()
+    suffix = uuid.uuid4().hex[:10]
+    for name, value in {"NDSTORE_S3_BUCKET": f"ndstore-test-{suffix}",
+                        "NDSTORE_DYNAMODB_TABLE": f"ndstore-test-{suffix}",
+                        "NDSTORE_INGEST_ENDPOINT_URL": moto_endpoint, "NDSTORE_TILE_BUCKET": f"tiles-{suffix}",
+                        "NDSTORE_TILE_INDEX_TABLE": f"tiles-{suffix}", "NDSTORE_INGEST_QUEUE_PREFIX": f"ing-{suffix}",
+                        "NDSTORE_INGEST_VISIBILITY_S": "120", "NDSTORE_INGEST_MAX_TRIES": "3"}.items():
+        monkeypatch.setenv(name, value)
+    wiring.services.cache_clear()
+    yield suffix
+    wiring.services.cache_clear()
+
+
+def moto_lambda_function(endpoint: str, handler: str) -> str:
+    """A Lambda function registered with moto's Lambda API (never invoked: no container runs
+    here), for tests of the triggers the service creates; returns its ARN."""
+    import io
+    import uuid
+    import zipfile
+
+    import boto3
+
+    iam = boto3.client("iam", endpoint_url=endpoint)
+    role = iam.create_role(RoleName=f"fn-{uuid.uuid4().hex[:8]}", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as z:
+        z.writestr(handler.rpartition(".")[0].replace(".", "/") + ".py", "def handler(event, context): pass\n")
+    lam = boto3.client("lambda", endpoint_url=endpoint)
+    return str(lam.create_function(FunctionName=f"ndstore-{uuid.uuid4().hex[:8]}", Runtime="python3.12", Role=role,
+                                   Handler=handler, Code={"ZipFile": code.getvalue()})["FunctionArn"])

@@ -66,4 +66,5 @@ def channel_volume(chan: Channel) -> ChannelVolume:
         method=exp.hierarchy_method,  # type: ignore[arg-type]
         num_time_samples=exp.num_time_samples,
         write_through=chan.cache_write_through,
+        annotation=chan.type == "annotation",
     )

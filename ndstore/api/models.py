@@ -114,3 +114,39 @@ class Grant(models.Model):
     experiment = models.ForeignKey(Experiment, null=True, blank=True, on_delete=models.CASCADE, related_name="grants")
     channel = models.ForeignKey(Channel, null=True, blank=True, on_delete=models.CASCADE, related_name="grants")
     level = models.CharField(max_length=8, choices=[(k, k) for k in LEVELS])
+
+
+class IngestJob(models.Model):
+    """A tile ingest into one channel's box at resolution 0. Its progress lives in the tile index
+    and the job's queues (ndstore.engine.ingest); this row says what was asked and where it stands."""
+
+    STATES = ["uploading", "complete", "cancelled"]
+    FORMATS = ["png", "tif"]
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="ingest_jobs")
+    creator = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    x_start = models.PositiveIntegerField()
+    x_stop = models.PositiveIntegerField()
+    y_start = models.PositiveIntegerField()
+    y_stop = models.PositiveIntegerField()
+    z_start = models.PositiveIntegerField()
+    z_stop = models.PositiveIntegerField()
+    t_start = models.PositiveIntegerField(default=0)
+    t_stop = models.PositiveIntegerField(default=1)
+    tile_size_x = models.PositiveIntegerField()
+    tile_size_y = models.PositiveIntegerField()
+    file_format = models.CharField(max_length=8, default="png", choices=[(f, f) for f in FORMATS])
+    state = models.CharField(max_length=16, default="uploading", choices=[(s, s) for s in STATES])
+    created = models.DateTimeField(auto_now_add=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+
+class DownsampleJob(models.Model):
+    """A build of a channel's resolution hierarchy through SQS (ndstore.engine.downsample);
+    its progress lives with the run's queue and state rows."""
+
+    STATES = ["IN_PROGRESS", "DOWNSAMPLED", "FAILED", "CANCELLED"]
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="downsample_jobs")
+    creator = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    state = models.CharField(max_length=16, default="IN_PROGRESS", choices=[(s, s) for s in STATES])
+    created = models.DateTimeField(auto_now_add=True)
+    finished = models.DateTimeField(null=True, blank=True)

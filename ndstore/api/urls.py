@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.urls import path
 
 from ndstore.api import converters  # noqa: F401  (registers the `name` and `range` converters)
-from ndstore.api.views import blaze, cutout, permissions, resources
+from ndstore.api.views import blaze, cutout, downsample, ingest, permissions, resources
 
 CUTOUT = "<name:collection>/<name:experiment>/<name:channel>/<int:resolution>/<range:x>/<range:y>/<range:z>/"
 
@@ -36,6 +36,11 @@ urlpatterns = [
     *cutout_routes("v1/direct/cutout/", cutout.DirectCutoutView),
     *cutout_routes("v1/blaze/cutout/", cutout.BlazeCutoutView),
     path("v1/blaze/merge/", blaze.BlazeMergeView.as_view()),
+    path("v1/downsample/<name:collection>/<name:experiment>/<name:channel>/", downsample.DownsampleView.as_view()),
+    path("v1/ingest/", ingest.IngestJobList.as_view()),
+    path("v1/ingest/<int:job_id>/", ingest.IngestJobView.as_view()),
+    path("v1/ingest/<int:job_id>/complete/", ingest.IngestJobComplete.as_view()),
+    path("v1/ingest/<int:job_id>/retry/", ingest.IngestJobRetry.as_view()),
     path("v1/blaze/merge/<slug:request_id>/", blaze.BlazeMergeRequestView.as_view()),
     path("admin/", admin.site.urls),
 ]

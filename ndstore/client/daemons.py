@@ -5,6 +5,7 @@ merge daemon, in a process of its own (it holds a Spark driver)."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 
@@ -57,7 +58,8 @@ def run_merger() -> int:
     c = svc.config
     spark = spark_session(c.spark_master)
     daemon = MergeDaemon(svc.blaze_buffer, lambda: merge_round(spark, svc.blaze_buffer, merger_for_settings),
-                         c.blaze_merge_interval_s, c.blaze_merge_backlog_bytes)
+                         c.blaze_merge_interval_s, c.blaze_merge_backlog_bytes,
+                         identity={"master": c.spark_master, "pid": os.getpid()})
     log.info("NDBlaze merger on %s: every %.0fs or past %d pending bytes", c.spark_master,
              c.blaze_merge_interval_s, c.blaze_merge_backlog_bytes)
     try:

@@ -3,12 +3,14 @@
 Starts a redis-server (AOF on: the locks and the cache tier) and another for the NDBlaze buffer
 (AOF on, no eviction), prepares the metadata database, the object store and the index, mints the
 admin token, optionally loads the demo dataset, then runs the cache tier's daemons (flusher,
-cache manager), the NDBlaze merger (a Spark driver in local mode) and gunicorn until interrupted.
-Everything binds to 127.0.0.1 by default.
+cache manager), the NDBlaze merger (a Spark driver in local mode), the ingest pipeline's runner
+(with moto's server as its S3/SQS/DynamoDB unless NDSTORE_INGEST_ENDPOINT_URL names one) and
+gunicorn until interrupted. Everything binds to 127.0.0.1 by default.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -22,6 +24,7 @@ from pathlib import Path
 import redis
 
 ROOT = Path(__file__).resolve().parents[2]
+STACK_ENV = "stack-env.json"
 MALLOC_TUNING = {
     "MALLOC_MMAP_THRESHOLD_": str(64 << 20),
     "MALLOC_TRIM_THRESHOLD_": str(256 << 20),
@@ -76,6 +79,7 @@ class LocalStack:
     workers: int = 2
     threads: int = 4
     extra_env: dict[str, str] = field(default_factory=dict)
+    with_merger: bool = True  # tests of other parts leave the Spark driver out
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
@@ -95,21 +99,60 @@ class LocalStack:
         return env
 
     def start(self) -> None:
+        """Start every service and wait until they serve; on any failure or interrupt, stop what
+        was started before raising."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.redis_port = self.redis_port or free_port()
         self.blaze_redis_port = self.blaze_redis_port or free_port()
         fsync = os.environ.get("NDSTORE_REDIS_APPENDFSYNC", "everysec")
         self.procs.append(start_redis(self.data_dir / "redis", self.redis_port, appendfsync=fsync))
+        if "NDSTORE_INGEST_ENDPOINT_URL" not in self.environment():
+            self._start_ingest_endpoint()
         env = self.environment()
+        self._write_stack_env(env)
         self.procs.append(start_redis(self.data_dir / "blaze-redis", self.blaze_redis_port, appendfsync=fsync,
                                       extra=self._blaze_redis_limits(env),
                                       appendonly=env.get("NDSTORE_BLAZE_REDIS_APPENDONLY", "yes") == "yes"))
         subprocess.run([sys.executable, "-m", "django", "ndstore_prepare"], env=env, check=True, cwd=ROOT)
         cli = [sys.executable, "-m", "ndstore.client.cli"]
         self.procs.append(subprocess.Popen([*cli, "daemons"], env=env, cwd=ROOT))
-        self.procs.append(subprocess.Popen([*cli, "blaze", "merger"], env=env, cwd=ROOT))
+        if self.with_merger:
+            self.procs.append(subprocess.Popen([*cli, "blaze", "merger"], env=env, cwd=ROOT))
+        self.procs.append(subprocess.Popen([sys.executable, "-m", "lambdas.runner"], env=env, cwd=ROOT))
         self.procs.append(self._gunicorn(env))
         wait_until(self._web_ready, f"web service at {self.url}", timeout=60)
+        # The merger's JVM takes seconds of both cores to boot; a caller that starts measuring or
+        # writing before it is up would share the machine with that boot.
+        if self.with_merger:
+            wait_until(self._merger_ready, "the NDBlaze merger (Spark driver)", timeout=180)
+
+    def _write_stack_env(self, env: dict[str, str]) -> None:
+        """The stack's NDSTORE_* settings (its Redis ports, the ingest endpoint), for CLI verbs
+        that work on the running stack's data in a process of their own (`--data-dir`)."""
+        path = self.data_dir / STACK_ENV
+        path.write_text(json.dumps({k: v for k, v in env.items() if k.startswith("NDSTORE_")}, indent=1))
+        path.chmod(0o600)
+
+    def _start_ingest_endpoint(self) -> None:
+        """moto's server on loopback as the ingest pipeline's S3, SQS and DynamoDB: the tile
+        bucket, the queues and the tile index live in its memory, for the life of this stack
+        (supercuboids go to the base tier as always). See docs/deployment.md."""
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "ndstore.client.moto_endpoint", "-H", "127.0.0.1",
+                                 "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        self.procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: proc.poll() is None and socket.create_connection(("127.0.0.1", port), timeout=1),
+                   f"the ingest endpoint (moto) at {url}")
+        credentials = {k: "local" for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if k not in os.environ}
+        self.extra_env = {"NDSTORE_INGEST_ENDPOINT_URL": url, **credentials, **self.extra_env}
 
     @staticmethod
     def _blaze_redis_limits(env: dict[str, str]) -> tuple[str, ...]:
@@ -129,6 +172,12 @@ class LocalStack:
         with socket.create_connection((self.host, self.port), timeout=1):
             return True
 
+    def _merger_ready(self) -> bool:
+        if any(p.poll() is not None for p in self.procs):
+            raise RuntimeError("a service of the local stack exited during start-up")
+        with redis.Redis(host="127.0.0.1", port=self.blaze_redis_port) as buffer:
+            return bool(buffer.exists("blz:merger"))
+
     def wait(self) -> int:
         """Block until a signal arrives or a service dies; then stop everything."""
         stop = {"signal": 0}
@@ -141,8 +190,8 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop in reverse order of start, each fully before the next: gunicorn first (no new
-        writes), then the merger (which finishes its round), the daemons (which write back
-        everything dirty), then the Redis servers."""
+        writes), then the ingest runner and the merger (each finishes its batch or round), the
+        daemons (which write back everything dirty), then moto and the Redis servers."""
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.terminate()

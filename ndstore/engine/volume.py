@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,7 @@ class ChannelVolume:
     method: HierarchyMethod
     num_time_samples: int
     write_through: bool = False  # cache-tier writes reach the base tier before they return
+    annotation: bool = False  # labels: levels reduce by the mode, not the mean
 
     def grid(self, resolution: int) -> Grid:
         return grid_for_level(self.method, resolution, self.dtype.itemsize)
@@ -36,6 +38,16 @@ class ChannelVolume:
 
     def volume_key(self, resolution: int, time: int) -> VolumeKey:
         return VolumeKey(self.collection_id, self.experiment_id, self.channel_id, resolution, time)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields, for job specs that travel through queues and tables."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**out, "dtype": self.dtype.name, "frame": [list(self.frame.lo), list(self.frame.hi)]}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ChannelVolume:
+        lo, hi = raw["frame"]
+        return cls(**{**raw, "dtype": np.dtype(raw["dtype"]), "frame": Box(tuple(lo), tuple(hi))})
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,23 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ndstore.core.errors import StorageError
 from ndstore.core.keys import SupercuboidKey, VolumeKey
-from ndstore.storage.s3 import _client
+from ndstore.storage.s3 import _client, aws_call
+
+
+def ensure_table(db: Any, table: str, keys: list[tuple[str, str, str]]) -> None:
+    """Create the table (on-demand billing) with `keys` as (attribute, HASH|RANGE, S|N) if it
+    does not exist, and wait until it does."""
+    try:
+        db.describe_table(TableName=table)
+        return
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ResourceNotFoundException":
+            raise StorageError(f"DynamoDB describe_table failed: {exc}") from exc
+    aws_call("DynamoDB", db.create_table, TableName=table,
+             KeySchema=[{"AttributeName": name, "KeyType": kind} for name, kind, _ in keys],
+             AttributeDefinitions=[{"AttributeName": name, "AttributeType": t} for name, _, t in keys],
+             BillingMode="PAY_PER_REQUEST")
+    db.get_waiter("table_exists").wait(TableName=table)
 
 
 class DynamoSupercuboidIndex:
@@ -18,22 +34,7 @@ class DynamoSupercuboidIndex:
         self._db = _client("dynamodb", endpoint_url, region, 16)
 
     def ensure_ready(self) -> None:
-        try:
-            self._db.describe_table(TableName=self.table)
-            return
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ResourceNotFoundException":
-                raise StorageError(f"DynamoDB describe_table failed: {exc}") from exc
-        self._db.create_table(
-            TableName=self.table,
-            KeySchema=[{"AttributeName": "volume", "KeyType": "HASH"}, {"AttributeName": "morton", "KeyType": "RANGE"}],
-            AttributeDefinitions=[
-                {"AttributeName": "volume", "AttributeType": "S"},
-                {"AttributeName": "morton", "AttributeType": "N"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
-        self._db.get_waiter("table_exists").wait(TableName=self.table)
+        ensure_table(self._db, self.table, [("volume", "HASH", "S"), ("morton", "RANGE", "N")])
 
     @staticmethod
     def _item(key: SupercuboidKey) -> dict[str, Any]:

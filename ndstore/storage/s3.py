@@ -22,6 +22,14 @@ def _client(service: str, endpoint_url: str | None, region: str, pool: int) -> A
     return boto3.session.Session().client(service, endpoint_url=endpoint_url, region_name=region, config=config)
 
 
+def aws_call(service: str, fn: Any, **kwargs: Any) -> Any:
+    """Call a boto3 client method; any botocore failure becomes a StorageError naming it."""
+    try:
+        return fn(**kwargs)
+    except (BotoCoreError, ClientError) as exc:
+        raise StorageError(f"{service} {fn.__name__} failed: {exc}") from exc
+
+
 class S3ObjectStore:
     def __init__(self, bucket: str, endpoint_url: str | None = None, region: str = "us-east-1", parallelism: int = 16):
         self.bucket = bucket
@@ -68,7 +76,4 @@ class S3ObjectStore:
             raise StorageError(f"S3 GET {key} failed: {exc}") from exc
 
     def _call(self, fn: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(**kwargs)
-        except (ClientError, BotoCoreError) as exc:
-            raise StorageError(f"S3 {fn.__name__} failed: {exc}") from exc
+        return aws_call("S3", fn, **kwargs)

@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ EXTERNAL = {"DATABASE_URL", "DJANGO_SETTINGS_MODULE", "AWS_ACCESS_KEY_ID", "AWS_
             "AWS_DEFAULT_REGION", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
             "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYSPARK_PYTHON"}
 # The services whose containers run our image.
-OURS = ("web", "migrate", "daemons", "merger")
+OURS = ("web", "migrate", "daemons", "merger", "ingest-runner")
 
 
 def settings_read_by_code() -> set[str]:
@@ -118,7 +119,7 @@ def compose() -> dict[str, Any]:
 def test_compose_services_are_complete(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert set(services) == {"nginx", "web", "migrate", "daemons", "merger", "redis", "blaze-redis", "minio",
-                             "dynamodb", "postgres"}
+                             "dynamodb", "postgres", "ingest-runner", "ingest-aws"}
     for name, svc in services.items():
         assert "image" in svc or "build" in svc, name
         deps = svc.get("depends_on", [])
@@ -243,3 +244,49 @@ def test_nginx_accepts_the_config(tmp_path: Path) -> None:
     result = subprocess.run([nginx, "-t", "-c", str(conf), "-p", str(tmp_path), "-g", f"pid {tmp_path}/nginx.pid;"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+# --- AWS templates ----------------------------------------------------------------------------
+
+
+def aws_templates() -> list[Path]:
+    return sorted((ROOT / "deploy" / "aws").glob("*.yaml"))
+
+
+def test_aws_templates_pass_cfn_lint() -> None:
+    assert aws_templates()
+    cfn_lint = Path(sys.executable).parent / "cfn-lint"  # the pinned one of the venv, not one on PATH
+    result = subprocess.run([cfn_lint, *map(str, aws_templates())], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _cfn_loader() -> type:
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def any_tag(loader: yaml.SafeLoader, _suffix: str, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.ScalarNode):
+            return loader.construct_scalar(node)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node)
+        return loader.construct_mapping(node)  # type: ignore[arg-type]
+
+    Loader.add_multi_constructor("!", any_tag)
+    return Loader
+
+
+def test_aws_functions_name_handlers_that_exist_and_settings_the_code_reads() -> None:
+    import importlib
+
+    known = settings_read_by_code() | EXTERNAL
+    for path in aws_templates():
+        template = yaml.load(path.read_text(), Loader=_cfn_loader())  # noqa: S506 - our own file, tags kept as text
+        env = template.get("Globals", {}).get("Function", {}).get("Environment", {}).get("Variables", {})
+        assert not set(env) - known, f"{path.name} sets settings nothing reads: {set(env) - known}"
+        functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::Function"]
+        assert functions
+        for fn in functions:
+            module, _, name = fn["Properties"]["Handler"].rpartition(".")
+            assert callable(getattr(importlib.import_module(module), name)), fn["Properties"]["Handler"]
+        outputs = {o["Description"] for o in template["Outputs"].values()}
+        assert outputs <= known, outputs - known

@@ -1,0 +1,97 @@
+"""`/v1/downsample/{c}/{e}/{ch}/`: build a channel's resolution hierarchy (Boss v1 shapes).
+
+POST (admin on the channel) starts a build of every level through SQS; GET reports the Boss
+fields (levels, cuboid size, extent and voxel size per level, status) and the build's progress per
+level; DELETE cancels a build in progress.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ndstore.api import auth, lookups
+from ndstore.api.models import Channel, DownsampleJob
+from ndstore.core.errors import Conflict
+from ndstore.engine.downsample import DownsampleJob as RunSpec
+from ndstore.wiring import services
+
+
+def _spec(job: DownsampleJob) -> RunSpec:
+    return RunSpec(job.id, lookups.channel_volume(job.channel), services().config.ingest_queue_prefix)
+
+
+def _current(chan: Channel) -> DownsampleJob | None:
+    return chan.downsample_jobs.order_by("-id").first()  # type: ignore[no-any-return]
+
+
+def _refresh(job: DownsampleJob) -> dict[str, Any]:
+    """The run's progress; a run that finished or failed updates the job and the channel."""
+    progress = services().downsample_runs.status(_spec(job))
+    if job.state == "IN_PROGRESS" and progress["state"] in ("DOWNSAMPLED", "FAILED"):
+        job.state, job.finished = progress["state"], timezone.now()
+        job.save(update_fields=["state", "finished"])
+        job.channel.downsample_status = progress["state"]
+        job.channel.save(update_fields=["downsample_status"])
+        if progress["state"] == "DOWNSAMPLED":
+            services().downsample_runs.remove(_spec(job))
+    return progress
+
+
+def describe(chan: Channel) -> dict[str, Any]:
+    volume = lookups.channel_volume(chan)
+    frame = chan.experiment.coord_frame
+    levels = range(volume.num_levels)
+    body: dict[str, Any] = {
+        "num_hierarchy_levels": volume.num_levels,
+        "cuboid_size": {str(r): list(volume.grid(r).cuboid) for r in levels},
+        "extent": {str(r): list(volume.extent(r).shape_zyx[::-1]) for r in levels},
+        "voxel_size": {str(r): [frame.x_voxel_size * 2 ** r, frame.y_voxel_size * 2 ** r,
+                                frame.z_voxel_size * (2 ** r if volume.method == "isotropic" else 1)]
+                       for r in levels},
+        "status": chan.downsample_status,
+    }
+    job = _current(chan)
+    if job is not None:
+        progress = _refresh(job) if job.state == "IN_PROGRESS" else None
+        body["status"] = chan.downsample_status
+        body["job"] = {"id": job.id, "state": job.state, "created": job.created.isoformat(),
+                       "finished": job.finished.isoformat() if job.finished else None,
+                       **({"levels": progress["levels"], "queue": progress["queue"]} if progress else {})}
+    return body
+
+
+class DownsampleView(APIView):
+    def get(self, request: Any, collection: str, experiment: str, channel: str) -> Response:
+        coll, exp, chan = lookups.channel_path(collection, experiment, channel)
+        auth.require(request.user, auth.READ, coll, exp, chan)
+        return Response(describe(chan))
+
+    def post(self, request: Any, collection: str, experiment: str, channel: str) -> Response:
+        coll, exp, chan = lookups.channel_path(collection, experiment, channel)
+        auth.require(request.user, auth.ADMIN, coll, exp, chan)
+        current = _current(chan)
+        if current is not None and current.state == "IN_PROGRESS" and _refresh(current)["state"] == "IN_PROGRESS":
+            raise Conflict(f"a downsample of {collection}/{experiment}/{channel} is in progress (job {current.id}); "
+                           "DELETE it first to start over")
+        job = DownsampleJob.objects.create(channel=chan, creator=request.user)
+        chan.downsample_status = "IN_PROGRESS"
+        chan.save(update_fields=["downsample_status"])
+        services().downsample_runs.start(_spec(job))
+        return Response(describe(chan), status=201)
+
+    def delete(self, request: Any, collection: str, experiment: str, channel: str) -> Response:
+        coll, exp, chan = lookups.channel_path(collection, experiment, channel)
+        auth.require(request.user, auth.ADMIN, coll, exp, chan)
+        current = _current(chan)
+        if current is None or current.state != "IN_PROGRESS":
+            raise Conflict(f"no downsample of {collection}/{experiment}/{channel} is in progress")
+        services().downsample_runs.remove(_spec(current))
+        current.state, current.finished = "CANCELLED", timezone.now()
+        current.save(update_fields=["state", "finished"])
+        chan.downsample_status = "NOT_DOWNSAMPLED"
+        chan.save(update_fields=["downsample_status"])
+        return Response(status=204)

@@ -1,0 +1,155 @@
+"""`/v1/ingest/`: tile-ingest jobs. Creating one needs write permission on its channel; the
+reply names the queues, tile bucket and tile index the upload client (`ndstore ingest`) uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ndstore.api import auth, lookups
+from ndstore.api.models import IngestJob
+from ndstore.core.errors import Conflict, InvalidRequest, NotFound
+from ndstore.core.geometry import Box, check_inside
+from ndstore.core.tiles import TILE_FORMATS
+from ndstore.engine.ingest import PHASES
+from ndstore.engine.ingest import IngestJob as JobSpec
+from ndstore.wiring import services
+
+BOX_FIELDS = ("x_start", "x_stop", "y_start", "y_stop", "z_start", "z_stop")
+
+
+def _int(data: dict[str, Any], name: str, default: int | None = None, low: int = 0) -> int:
+    value = data.get(name, default)
+    if value is None:
+        raise InvalidRequest(f"{name} is required")
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise InvalidRequest(f"{name} must be an integer >= {low}, not {value!r}")
+    return value
+
+
+def spec_of(job: IngestJob) -> JobSpec:
+    return JobSpec(job.id, lookups.channel_volume(job.channel),
+                   ((job.x_start, job.y_start, job.z_start), (job.x_stop, job.y_stop, job.z_stop)),
+                   job.tile_size_x, job.tile_size_y, job.t_start, job.t_stop, job.file_format,
+                   services().ingest.queue_prefix)
+
+
+def describe(job: IngestJob, with_status: bool) -> dict[str, Any]:
+    ingest, config = services().ingest, services().config
+    spec = spec_of(job)
+    chan = job.channel
+    body: dict[str, Any] = {
+        "id": job.id, "state": job.state,
+        "collection": chan.experiment.collection.name, "experiment": chan.experiment.name, "channel": chan.name,
+        "datatype": chan.datatype,
+        "box": {"x": [job.x_start, job.x_stop], "y": [job.y_start, job.y_stop], "z": [job.z_start, job.z_stop]},
+        "t": [job.t_start, job.t_stop], "tile_size": {"x": job.tile_size_x, "y": job.tile_size_y},
+        "file_format": job.file_format, "created": job.created.isoformat(),
+        "finished": job.finished.isoformat() if job.finished else None,
+        "endpoint_url": config.ingest_public_endpoint_url or config.ingest_endpoint_url,
+        "region": config.aws_region, "tile_bucket": config.tile_bucket,
+        "tile_index_table": config.tile_index_table, "queues": {p: spec.queue(p) for p in PHASES},
+        "spec": spec.to_json(),
+    }
+    if with_status and job.state == "uploading":
+        body["status"] = ingest.status(spec)
+    return body
+
+
+def _job(job_id: int, request: Any, level: int = auth.WRITE) -> IngestJob:
+    job = IngestJob.objects.select_related("channel__experiment__collection").filter(pk=job_id).first()
+    if job is None:
+        raise NotFound(f"ingest job {job_id} does not exist")
+    chan = job.channel
+    auth.require(request.user, level, chan.experiment.collection, chan.experiment, chan)
+    return job
+
+
+class IngestJobList(APIView):
+    def get(self, request: Any) -> Response:
+        """The caller's jobs, newest first (everyone's for staff)."""
+        auth.require_login(request.user, "list ingest jobs")
+        jobs = IngestJob.objects.select_related("channel__experiment__collection").order_by("-id")
+        if not request.user.is_staff:
+            jobs = jobs.filter(creator=request.user)
+        return Response({"jobs": [describe(j, with_status=False) for j in jobs[:100]]})
+
+    def post(self, request: Any) -> Response:
+        data = request.data if isinstance(request.data, dict) else {}
+        if not data:
+            raise InvalidRequest("the body must be a JSON object with collection, experiment, channel, "
+                                 "x_start..z_stop, tile_size_x, tile_size_y")
+        names = [data.get(k) for k in ("collection", "experiment", "channel")]
+        if not all(isinstance(n, str) and n for n in names):
+            raise InvalidRequest("collection, experiment and channel are required (names)")
+        coll, exp, chan = lookups.channel_path(*names)
+        auth.require(request.user, auth.WRITE, coll, exp, chan)
+        box = {k: _int(data, k) for k in BOX_FIELDS}
+        fmt = str(data.get("file_format", "png")).lower()
+        if fmt not in TILE_FORMATS:
+            raise InvalidRequest(f"file_format {fmt!r} is not one of png, tif, tiff")
+        fields = {**box, "t_start": _int(data, "t_start", 0), "t_stop": _int(data, "t_stop", 1, low=1),
+                  "tile_size_x": _int(data, "tile_size_x", low=1), "tile_size_y": _int(data, "tile_size_y", low=1),
+                  "file_format": TILE_FORMATS[fmt]}
+        region = Box.from_ranges((box["x_start"], box["x_stop"]), (box["y_start"], box["y_stop"]),
+                                 (box["z_start"], box["z_stop"]))
+        volume = lookups.channel_volume(chan)
+        check_inside(region, volume.extent(0))
+        if fields["t_stop"] > volume.num_time_samples or fields["t_start"] >= fields["t_stop"]:
+            raise InvalidRequest(f"time range {fields['t_start']}:{fields['t_stop']} is not inside the "
+                                 f"experiment's 0:{volume.num_time_samples}")
+        visibility = _int(data, "visibility_timeout_s", services().config.ingest_visibility_s, low=1)
+        job = IngestJob(channel=chan, creator=request.user, **fields)
+        spec = spec_of(job)
+        spec.layout.validate()
+        job.save()
+        spec = spec_of(job)  # now with its id
+        services().ingest.create(spec, visibility, services().config.ingest_notify_queue)
+        return Response(describe(job, with_status=False), status=201)
+
+
+class IngestJobView(APIView):
+    def get(self, request: Any, job_id: int) -> Response:
+        return Response(describe(_job(job_id, request), with_status=True))
+
+    def delete(self, request: Any, job_id: int) -> Response:
+        """Cancel: delete the job's queues, tiles and index rows; supercuboids already built stay."""
+        job = _job(job_id, request)
+        if job.state != "uploading":
+            raise Conflict(f"ingest job {job_id} is {job.state} already")
+        services().ingest.remove(spec_of(job), delete_tiles=True)
+        job.state, job.finished = "cancelled", timezone.now()
+        job.save(update_fields=["state", "finished"])
+        return Response(status=204)
+
+
+class IngestJobComplete(APIView):
+    def post(self, request: Any, job_id: int) -> Response:
+        """Finish a job whose every supercuboid is built and cleaned; 409 naming what is left."""
+        job = _job(job_id, request)
+        if job.state != "uploading":
+            raise Conflict(f"ingest job {job_id} is {job.state} already")
+        spec = spec_of(job)
+        status = services().ingest.status(spec)
+        sc, tiles = status["supercuboids"], status["tiles"]
+        failed = sum(q["failed"] for q in status["queues"].values())
+        if failed or sc["cleaned"] < sc["total"]:
+            raise Conflict(f"ingest job {job_id} is not finished: {tiles['uploaded']} of {tiles['total']} tiles "
+                           f"uploaded, {sc['built']} of {sc['total']} supercuboids built, {sc['cleaned']} cleaned, "
+                           f"{failed} tasks failed (see GET /v1/ingest/{job_id}/; POST .../retry/ requeues failures)")
+        services().ingest.remove(spec, delete_tiles=False)
+        job.state, job.finished = "complete", timezone.now()
+        job.save(update_fields=["state", "finished"])
+        return Response(describe(job, with_status=False))
+
+
+class IngestJobRetry(APIView):
+    def post(self, request: Any, job_id: int) -> Response:
+        """Move the job's failed tasks from the dead-letter queues back to their queues."""
+        job = _job(job_id, request)
+        if job.state != "uploading":
+            raise Conflict(f"ingest job {job_id} is {job.state}")
+        return Response({"requeued": services().ingest.retry_failed(spec_of(job))})

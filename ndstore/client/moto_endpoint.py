@@ -1,0 +1,117 @@
+"""moto's S3/SQS/DynamoDB/Lambda server on loopback, serving one request at a time.
+
+The local stack (`ndstore up`), the tests and the benchmarks stand moto in for AWS. moto's
+backends are not thread-safe, and one race loses data: a DynamoDB transaction whose condition
+fails restores a copy of its whole table taken when it began, undoing what other requests wrote
+to that table in between (the ingest pipeline lost a recorded tile that way when a duplicate
+upload event raced a new one); an SQS delete rebuilds its queue's message list, dropping a message
+sent meanwhile. AWS has no such races, so the stand-in must not have them either: this server
+accepts connections on threads as moto's own does, but runs moto's application, and reads the
+response it returns, under one lock. The one place moto waits inside a request, an SQS long poll
+on an empty queue, gives the lock up while it waits, or no message could ever arrive to end it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from werkzeug.serving import BaseWSGIServer, make_server
+
+# moto's backends are process-wide, so is the lock that guards them.
+_LOCK = threading.Lock()
+_holding = threading.local()
+
+
+class SerialApp:
+    """A WSGI application that lets one request at a time into the application it wraps."""
+
+    def __init__(self, app: Any):
+        self.app = app
+        _release_during_long_polls()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        with _LOCK:
+            _holding.lock = True
+            try:
+                result = self.app(environ, start_response)
+                try:
+                    return list(result)  # a lazy body would read moto's state after the lock is gone
+                finally:
+                    close = getattr(result, "close", None)
+                    if close is not None:
+                        close()
+            finally:
+                _holding.lock = False
+
+
+def _release_during_long_polls() -> None:
+    from moto.sqs.models import Queue
+
+    wait = Queue.wait_for_messages  # moto 5.2: ReceiveMessage waits here, up to 1 s at a time
+    if getattr(wait, "releases_serial_lock", False):
+        return
+
+    def wait_for_messages(queue: Queue, timeout: int) -> None:
+        if not getattr(_holding, "lock", False):
+            return wait(queue, timeout)
+        _holding.lock = False
+        _LOCK.release()
+        try:
+            return wait(queue, timeout)
+        finally:
+            _LOCK.acquire()
+            _holding.lock = True
+
+    wait_for_messages.releases_serial_lock = True  # type: ignore[attr-defined]
+    Queue.wait_for_messages = wait_for_messages  # type: ignore[method-assign]
+
+
+def moto_app() -> SerialApp:
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+    return SerialApp(DomainDispatcherApplication(create_backend_app))
+
+
+class SerialMotoServer:
+    """moto on `host:port` (port 0: a free one) in a thread of this process; `stop()` ends it."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+        from moto.moto_server.werkzeug_app import MotoRequestHandler
+
+        self._server: BaseWSGIServer = make_server(host, port, moto_app(), threaded=True,
+                                                   request_handler=MotoRequestHandler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="moto", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def serve_forever(self) -> None:
+        self._server.serve_forever()
+
+    def start(self) -> SerialMotoServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(10)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m ndstore.client.moto_endpoint", description=__doc__)
+    parser.add_argument("-H", "--host", default="127.0.0.1")
+    parser.add_argument("-p", "--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # it logs every request
+    SerialMotoServer(args.host, args.port).serve_forever()
+
+
+if __name__ == "__main__":
+    main()

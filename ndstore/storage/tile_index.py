@@ -1,0 +1,147 @@
+"""The ingest tile index over DynamoDB: one row per supercuboid of a job (which of its tiles have
+arrived, and how far the pipeline took it) and one row per job (progress counters). Downsample
+runs keep their rows here too (keys `ds&<job>...`: per level total/done, per task done).
+
+Every state change that a counter follows is a transaction with a condition, so a duplicate
+event, or a retried handler, never counts twice (see docs/design/ingest.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ndstore.core.errors import StorageError
+from ndstore.storage.dynamodb import ensure_table
+from ndstore.storage.s3 import _client, aws_call
+
+COUNTERS = ("tiles_uploaded", "supercuboids_built", "supercuboids_cleaned")
+
+
+class DynamoTileIndex:
+    def __init__(self, table: str, endpoint_url: str | None = None, region: str = "us-east-1"):
+        self.table = table
+        self._db = _client("dynamodb", endpoint_url, region, 32)
+
+    def _call(self, fn: Any, **kwargs: Any) -> Any:
+        return aws_call(f"DynamoDB {self.table}", fn, **kwargs)
+
+    def ensure_ready(self) -> None:
+        ensure_table(self._db, self.table, [("key", "HASH", "S")])
+
+    @staticmethod
+    def _key(key: str) -> dict[str, Any]:
+        return {"key": {"S": key}}
+
+    def _transact(self, items: list[dict[str, Any]]) -> bool:
+        """True when applied; False when a condition failed (the change was made before)."""
+        try:
+            self._db.transact_write_items(TransactItems=items)
+            return True
+        except ClientError as exc:
+            reasons = exc.response.get("CancellationReasons") or []
+            if exc.response["Error"]["Code"] == "TransactionCanceledException" and any(
+                    r.get("Code") == "ConditionalCheckFailed" for r in reasons):
+                return False
+            raise StorageError(f"DynamoDB transaction on {self.table} failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageError(f"DynamoDB transaction on {self.table} failed: {exc}") from exc
+
+    def _count(self, job: str, counter: str) -> dict[str, Any]:
+        return {"Update": {"TableName": self.table, "Key": self._key(job), "UpdateExpression": "ADD #c :one",
+                           "ExpressionAttributeNames": {"#c": counter},
+                           "ExpressionAttributeValues": {":one": {"N": "1"}}}}
+
+    # -- tiles -----------------------------------------------------------------------------------
+    def record_tile(self, job: str, supercuboid: str, ordinal: int, expected: int) -> bool:
+        """Add a tile to its supercuboid's row; False when it was there already (or the
+        supercuboid was cleaned up: a late duplicate event)."""
+        update = {"Update": {
+            "TableName": self.table, "Key": self._key(supercuboid),
+            "UpdateExpression": "ADD tiles :ords SET expected = :expected",
+            "ConditionExpression": "(attribute_not_exists(tiles) OR NOT contains(tiles, :ord)) "
+                                   "AND attribute_not_exists(cleaned)",
+            "ExpressionAttributeValues": {":ords": {"NS": [str(ordinal)]}, ":ord": {"N": str(ordinal)},
+                                          ":expected": {"N": str(expected)}}}}
+        return self._transact([update, self._count(job, "tiles_uploaded")])
+
+    def supercuboid(self, supercuboid: str) -> dict[str, Any]:
+        """The row as plain values: tiles (set of ordinals), expected, claim, queued, built, cleaned."""
+        item = self._call(self._db.get_item, TableName=self.table, Key=self._key(supercuboid),
+                          ConsistentRead=True).get("Item", {})
+        return {
+            "tiles": {int(v) for v in item.get("tiles", {}).get("NS", [])},
+            "expected": int(item.get("expected", {}).get("N", "0")),
+            "claim": item.get("claim", {}).get("S"),
+            **{flag: item.get(flag, {}).get("BOOL", False) for flag in ("queued", "built", "cleaned")},
+        }
+
+    def has_tile(self, supercuboid: str, ordinal: int) -> bool:
+        row = self.supercuboid(supercuboid)
+        return ordinal in row["tiles"] or bool(row["cleaned"])
+
+    # -- the supercuboid's way through the pipeline --------------------------------------------
+    def claim(self, supercuboid: str, claimant: str) -> bool:
+        """Take the right to queue the supercuboid's task; the same claimant may take it again
+        (its retry), another may not."""
+        try:
+            self._db.update_item(TableName=self.table, Key=self._key(supercuboid), UpdateExpression="SET claim = :c",
+                                 ConditionExpression="attribute_not_exists(claim) OR claim = :c",
+                                 ExpressionAttributeValues={":c": {"S": claimant}})
+            return True
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise StorageError(f"DynamoDB claim on {self.table} failed: {exc}") from exc
+
+    def mark(self, supercuboid: str, flag: str) -> None:
+        self._call(self._db.update_item, TableName=self.table, Key=self._key(supercuboid),
+                   UpdateExpression="SET #f = :t", ExpressionAttributeNames={"#f": flag},
+                   ExpressionAttributeValues={":t": {"BOOL": True}})
+
+    def mark_counted(self, job: str, supercuboid: str, flag: str, counter: str, drop_tiles: bool = False) -> bool:
+        """Set a flag once and count it on the job; False when it was set before."""
+        expression = "SET #f = :t" + (" REMOVE tiles" if drop_tiles else "")
+        update = {"Update": {"TableName": self.table, "Key": self._key(supercuboid), "UpdateExpression": expression,
+                             "ConditionExpression": "attribute_not_exists(#f)",
+                             "ExpressionAttributeNames": {"#f": flag},
+                             "ExpressionAttributeValues": {":t": {"BOOL": True}}}}
+        return self._transact([update, self._count(job, counter)])
+
+    def set_count(self, key: str, name: str, value: int) -> None:
+        self._call(self._db.update_item, TableName=self.table, Key=self._key(key), UpdateExpression="SET #n = :v",
+                   ExpressionAttributeNames={"#n": name}, ExpressionAttributeValues={":v": {"N": str(value)}})
+
+    def counters(self, key: str) -> dict[str, int]:
+        """Every number attribute of a row."""
+        item = self._call(self._db.get_item, TableName=self.table, Key=self._key(key),
+                          ConsistentRead=True).get("Item", {})
+        return {name: int(value["N"]) for name, value in item.items() if "N" in value}
+
+    # -- jobs ------------------------------------------------------------------------------------
+    def job(self, job: str) -> dict[str, int]:
+        item = self._call(self._db.get_item, TableName=self.table, Key=self._key(job),
+                          ConsistentRead=True).get("Item", {})
+        return {name: int(item.get(name, {}).get("N", "0")) for name in (*COUNTERS, "manifest_sent")}
+
+    def put_job(self, job: str, spec: str) -> None:
+        self._call(self._db.update_item, TableName=self.table, Key=self._key(job),
+                   UpdateExpression="SET spec = :s", ExpressionAttributeValues={":s": {"S": spec}})
+
+    def job_spec(self, job: str) -> str | None:
+        item = self._call(self._db.get_item, TableName=self.table, Key=self._key(job),
+                          ConsistentRead=True).get("Item", {})
+        return item["spec"]["S"] if "spec" in item else None
+
+    def set_manifest_sent(self, job: str, sent: int) -> None:
+        self._call(self._db.update_item, TableName=self.table, Key=self._key(job),
+                   UpdateExpression="SET manifest_sent = :n", ExpressionAttributeValues={":n": {"N": str(sent)}})
+
+    def delete(self, keys: Sequence[str]) -> None:
+        for i in range(0, len(keys), 25):
+            requests = [{"DeleteRequest": {"Key": self._key(k)}} for k in keys[i : i + 25]]
+            pending: dict[str, Any] = {self.table: requests}
+            while pending:
+                pending = self._call(self._db.batch_write_item, RequestItems=pending).get("UnprocessedItems") or {}

@@ -1,0 +1,142 @@
+"""`/v1/ingest/`: creating, reading, cancelling and completing jobs; every refusal names its
+reason; the Lambda handlers take the AWS event formats."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from ndstore.core.tiles import TileRef, encode_tile
+from tests.api.conftest import Dataset
+
+JOB = {"collection": "c1", "experiment": "e1", "channel": "img8", "x_start": 0, "x_stop": 512, "y_start": 0,
+       "y_stop": 256, "z_start": 0, "z_stop": 3, "tile_size_x": 256, "tile_size_y": 256}
+
+
+@pytest.fixture(autouse=True)
+def _ingest_wired(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ndstore import wiring
+
+    suffix = uuid.uuid4().hex[:10]
+    monkeypatch.setenv("NDSTORE_INGEST_ENDPOINT_URL", moto_endpoint)
+    monkeypatch.setenv("NDSTORE_TILE_BUCKET", f"tiles-{suffix}")
+    monkeypatch.setenv("NDSTORE_TILE_INDEX_TABLE", f"tiles-{suffix}")
+    monkeypatch.setenv("NDSTORE_INGEST_QUEUE_PREFIX", f"api-{suffix}")
+    wiring.services.cache_clear()
+
+
+def test_a_job_names_its_queues_and_reports_progress(admin: APIClient, dataset: Dataset) -> None:
+    r = admin.post("/v1/ingest/", JOB, format="json")
+    assert r.status_code == 201, r.content
+    job = r.json()
+    assert job["state"] == "uploading" and job["box"] == {"x": [0, 512], "y": [0, 256], "z": [0, 3]}
+    assert set(job["queues"]) == {"upload", "supercuboid", "cleanup"}
+    status = admin.get(f"/v1/ingest/{job['id']}/").json()["status"]
+    assert status["tiles"] == {"total": 6, "uploaded": 0, "queued_for_upload": 0}
+    assert status["supercuboids"] == {"total": 1, "built": 0, "cleaned": 0}
+    assert [j["id"] for j in admin.get("/v1/ingest/").json()["jobs"]] == [job["id"]]
+
+    r = admin.post(f"/v1/ingest/{job['id']}/complete/")
+    assert r.status_code == 409 and "0 of 6 tiles uploaded" in r.json()["message"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"tile_size_x": 384}, "tile_x 384 must divide the supercuboid extent 512"),
+    ({"x_stop": 5000}, "outside the coordinate frame"),
+    ({"x_start": 100}, "must start on the tile grid"),
+    ({"z_stop": None}, "z_stop is required"),
+    ({"z_stop": "ten"}, "z_stop must be an integer"),
+    ({"file_format": "jpeg"}, "file_format 'jpeg' is not one of png, tif, tiff"),
+    ({"t_stop": 5}, "time range 0:5 is not inside the experiment's 0:1"),
+    ({"channel": "nope"}, "channel c1/e1/nope does not exist"),
+])
+def test_a_job_that_cannot_work_is_refused_with_the_reason(admin: APIClient, dataset: Dataset,
+                                                           change: dict[str, Any], message: str) -> None:
+    body = {k: v for k, v in {**JOB, **change}.items() if v is not None}
+    r = admin.post("/v1/ingest/", body, format="json")
+    assert r.status_code in (400, 404), r.content
+    assert message in r.json()["message"]
+
+
+def test_only_writers_of_the_channel_may_ingest(dataset: Dataset, grant: Any) -> None:
+    assert APIClient().post("/v1/ingest/", JOB, format="json").status_code == 401
+    reader = grant("reader", "c1", "read")
+    r = reader.post("/v1/ingest/", JOB, format="json")
+    assert r.status_code == 403 and "write permission on c1/e1/img8" in r.json()["message"]
+    writer = grant("writer", "c1", "write")
+    job = writer.post("/v1/ingest/", JOB, format="json").json()
+    assert reader.get(f"/v1/ingest/{job['id']}/").status_code == 403
+    assert writer.get(f"/v1/ingest/{job['id']}/").status_code == 200
+    assert writer.get("/v1/ingest/99999/").status_code == 404
+
+
+def test_cancelling_a_job_removes_its_queues_and_tiles(admin: APIClient, dataset: Dataset) -> None:
+    from ndstore.wiring import services
+
+    job = admin.post("/v1/ingest/", JOB, format="json").json()
+    ingest = services().ingest
+    spec = ingest.job(job["id"])
+    key = spec.tile_key(TileRef(0, 0, 0, 0))
+    ingest.tiles.put(key, b"tile", {})
+    assert admin.delete(f"/v1/ingest/{job['id']}/").status_code == 204
+    assert ingest.tiles.metadata(key) is None
+    assert ingest.queues.url(spec.queue("upload")) is None
+    assert admin.get(f"/v1/ingest/{job['id']}/").json()["state"] == "cancelled"
+    r = admin.delete(f"/v1/ingest/{job['id']}/")
+    assert r.status_code == 409 and "cancelled already" in r.json()["message"]
+
+
+def test_the_tile_handler_takes_a_direct_s3_trigger_event(admin: APIClient, dataset: Dataset) -> None:
+    import numpy as np
+
+    from lambdas import ingest as handlers
+    from ndstore.wiring import services
+
+    job = admin.post("/v1/ingest/", {**JOB, "z_stop": 1, "x_stop": 256}, format="json").json()
+    ingest = services().ingest
+    spec = ingest.job(job["id"])
+    key = spec.tile_key(TileRef(0, 0, 0, 0))
+    ingest.tiles.put(key, encode_tile(np.full((256, 256), 7, np.uint8), "png"), {})
+    event = {"Records": [{"eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+                          "s3": {"bucket": {"name": ingest.tiles.bucket}, "object": {"key": key.replace("/", "%2F")}}}]}
+    assert handlers.tile_uploaded(event) == {"batchItemFailures": []}
+    assert ingest.tile_uploaded("notes/readme.txt") == "ignored"  # not a tile: nothing to retry
+    assert ingest.tile_uploaded("99999/0/0/0/0.png") == "ignored"  # no such job (completed, cancelled)
+    tasks = ingest.queues.receive(ingest.url(spec.queue("supercuboid")), 10, wait_s=0)
+    assert len(tasks) == 1
+    sqs_event = {"Records": [{"messageId": "m1", "body": tasks[0].body, "eventSource": "aws:sqs"},
+                             {"messageId": "m2", "body": json.dumps({"job": 99999, "t": 0, "index": [0, 0, 0]}),
+                              "eventSource": "aws:sqs"}]}
+    assert handlers.supercuboid(sqs_event) == {"batchItemFailures": [{"itemIdentifier": "m2"}]}
+    r = admin.get("/v1/cutout/c1/e1/img8/0/0:256/0:256/0:1/", HTTP_ACCEPT="application/octet-stream")
+    assert set(r.content) == {7}
+
+
+def test_on_aws_a_jobs_queues_trigger_the_phase_functions(admin: APIClient, dataset: Dataset, moto_endpoint: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """With NDSTORE_INGEST_*_FUNCTION set, creating a job maps its supercuboid and cleanup queues
+    to those Lambda functions (moto's Lambda API here), and cancelling removes the mappings."""
+    from ndstore import wiring
+    from tests.conftest import moto_lambda_function
+
+    functions = {}
+    for phase in ("supercuboid", "cleanup"):
+        functions[phase] = moto_lambda_function(moto_endpoint, f"lambdas.ingest.{phase}")
+        monkeypatch.setenv(f"NDSTORE_INGEST_{phase.upper()}_FUNCTION", functions[phase])
+    wiring.services.cache_clear()
+    job = admin.post("/v1/ingest/", JOB, format="json").json()
+    ingest = wiring.services().ingest
+    assert ingest.triggers is not None
+    spec = ingest.job(job["id"])
+    for phase, arn in functions.items():
+        mappings = ingest.triggers[0].mappings(ingest.queues.arn(ingest.url(spec.queue(phase))))
+        assert [m["FunctionArn"] for m in mappings] == [arn]
+    upload_arn = ingest.queues.arn(ingest.url(spec.queue("upload")))
+    assert ingest.triggers[0].mappings(upload_arn) == []  # the upload queue is the client's
+    queue_arns = {p: ingest.queues.arn(ingest.url(spec.queue(p))) for p in functions}
+    assert admin.delete(f"/v1/ingest/{job['id']}/").status_code == 204
+    assert all(ingest.triggers[0].mappings(a) == [] for a in queue_arns.values())

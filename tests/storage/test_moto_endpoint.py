@@ -1,0 +1,80 @@
+"""The moto stand-in for AWS must not lose a write that AWS would keep."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import uuid
+
+import boto3
+from botocore.exceptions import ClientError
+
+from ndstore.client.moto_endpoint import SerialMotoServer
+
+
+def test_a_failed_transaction_does_not_undo_concurrent_writes() -> None:
+    # moto's own threaded server loses some of these: a cancelled transaction restores a copy of
+    # the whole table taken when it began, over writes that other threads made since. A short switch
+    # interval makes the threads interleave as they do on a loaded machine (3 of 3 runs lost writes
+    # on moto's ThreadedMotoServer with it).
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    server = SerialMotoServer().start()
+    try:
+        db = boto3.client("dynamodb", endpoint_url=server.url, region_name="us-east-1")
+        table = f"t-{uuid.uuid4().hex}"  # moto's state is per process, and may hold other tests' tables
+        db.create_table(TableName=table, KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+                        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+                        BillingMode="PAY_PER_REQUEST")
+
+        def add(key: str, n: int) -> dict[str, dict[str, object]]:
+            return {"Update": {"TableName": table, "Key": {"k": {"S": key}}, "UpdateExpression": "ADD s :n",
+                               "ConditionExpression": "attribute_not_exists(s) OR NOT contains(s, :one)",
+                               "ExpressionAttributeValues": {":n": {"NS": [str(n)]}, ":one": {"N": str(n)}}}}
+
+        db.transact_write_items(TransactItems=[add("dup", 0)])
+        written: dict[str, list[int]] = {}
+
+        def writer(name: str) -> None:
+            mine = written.setdefault(name, [])
+            for n in range(40):
+                db.transact_write_items(TransactItems=[add(name, n)])
+                mine.append(n)
+
+        def duplicate() -> None:
+            for _ in range(80):
+                try:
+                    db.transact_write_items(TransactItems=[add("dup", 0)])
+                except ClientError as exc:
+                    assert exc.response["Error"]["Code"] == "TransactionCanceledException"
+
+        threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(3)]
+        threads += [threading.Thread(target=duplicate) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for name, numbers in written.items():
+            item = db.get_item(TableName=table, Key={"k": {"S": name}}, ConsistentRead=True)["Item"]
+            assert sorted(int(v) for v in item["s"]["NS"]) == numbers, name
+    finally:
+        server.stop()
+        sys.setswitchinterval(switch_interval)
+
+
+def test_a_long_poll_lets_other_requests_in_and_gets_what_they_send() -> None:
+    server = SerialMotoServer().start()
+    try:
+        sqs = boto3.client("sqs", endpoint_url=server.url, region_name="us-east-1")
+        url = sqs.create_queue(QueueName=f"q-{uuid.uuid4().hex}")["QueueUrl"]
+        got: list[dict[str, object]] = []
+        poll = threading.Thread(target=lambda: got.extend(
+            sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5).get("Messages", [])))
+        poll.start()
+        time.sleep(0.5)  # the poll is waiting on the empty queue
+        sqs.send_message(QueueUrl=url, MessageBody="hello")
+        poll.join()
+        assert [m["Body"] for m in got] == ["hello"]
+    finally:
+        server.stop()
