@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -149,10 +150,17 @@ def build(config: Config) -> Services:
                     Merger(buffer, cache))
 
 
+_BUILDING = threading.Lock()
+
+
 @functools.lru_cache(maxsize=1)
 def services() -> Services:
-    """The process-wide services, built on first use from the environment."""
-    return build(Config())
+    """The process-wide services, built on first use from the environment. The first requests of
+    a threaded worker arrive together: one builds, the others wait for it and build nothing."""
+    with _BUILDING:
+        if services.cache_info().currsize:  # built while this thread waited for the lock
+            return services()
+        return build(Config())
 
 
 _SERVICES: dict[tuple[tuple[str, str], ...], Services] = {}

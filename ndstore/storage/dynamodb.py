@@ -9,7 +9,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ndstore.core.errors import StorageError
 from ndstore.core.keys import SupercuboidKey, VolumeKey
-from ndstore.storage.s3 import _client, aws_call
+from ndstore.storage.s3 import _client
 
 
 def ensure_table(db: Any, table: str, keys: list[tuple[str, str, str]]) -> None:
@@ -21,10 +21,16 @@ def ensure_table(db: Any, table: str, keys: list[tuple[str, str, str]]) -> None:
     except ClientError as exc:
         if exc.response["Error"]["Code"] != "ResourceNotFoundException":
             raise StorageError(f"DynamoDB describe_table failed: {exc}") from exc
-    aws_call("DynamoDB", db.create_table, TableName=table,
-             KeySchema=[{"AttributeName": name, "KeyType": kind} for name, kind, _ in keys],
-             AttributeDefinitions=[{"AttributeName": name, "AttributeType": t} for name, _, t in keys],
-             BillingMode="PAY_PER_REQUEST")
+    try:
+        db.create_table(TableName=table,
+                        KeySchema=[{"AttributeName": name, "KeyType": kind} for name, kind, _ in keys],
+                        AttributeDefinitions=[{"AttributeName": name, "AttributeType": t} for name, _, t in keys],
+                        BillingMode="PAY_PER_REQUEST")
+    except ClientError as exc:  # another worker starting at the same moment created it first
+        if exc.response["Error"]["Code"] != "ResourceInUseException":
+            raise StorageError(f"DynamoDB create_table {table} failed: {exc}") from exc
+    except BotoCoreError as exc:
+        raise StorageError(f"DynamoDB create_table {table} failed: {exc}") from exc
     db.get_waiter("table_exists").wait(TableName=table)
 
 

@@ -40,7 +40,13 @@ class S3ObjectStore:
         try:
             self._s3.head_bucket(Bucket=self.bucket)
         except ClientError:
-            self._call(self._s3.create_bucket, Bucket=self.bucket)
+            try:  # another worker starting at the same moment may create it first
+                self._s3.create_bucket(Bucket=self.bucket)
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                    raise StorageError(f"S3 create_bucket {self.bucket} failed: {exc}") from exc
+            except BotoCoreError as exc:
+                raise StorageError(f"S3 create_bucket {self.bucket} failed: {exc}") from exc
 
     def get_many(self, keys: Sequence[str]) -> Iterator[tuple[str, bytes | None]]:
         return map_completed(self._pool, self._get, keys)
