@@ -62,7 +62,8 @@ class ArrayRenderer(renderers.BaseRenderer):
 
 def _classes(base: type, prefix: str) -> list[type]:
     return [
-        type(f"{prefix}{name.split('/')[1].title().replace('-', '')}", (base,), {"media_type": name, "format": None})
+        type(f"{prefix}{name.split('/')[1].title().replace('-', '')}", (base,),
+             {"media_type": name, "format": name.split("/")[1]})
         for name in wire.FORMATS
     ]
 

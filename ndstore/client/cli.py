@@ -220,6 +220,29 @@ def downsample(channel: str, engine: str, server: str, token: str | None, master
 
 
 @main.command()
+@click.option("--server", default="http://127.0.0.1:8000", show_default=True, help="The NDStore service.")
+@click.option("--token", envvar="NDSTORE_TOKEN", help="API token (or NDSTORE_TOKEN); staff sees the NDBlaze buffer.")
+def status(server: str, token: str | None) -> None:
+    """What the service holds and is doing (JSON): the collections you may read, the NDBlaze
+    buffer and its merger, ingest jobs. Exits non-zero when the service does not answer."""
+    import json
+
+    import requests
+
+    http = requests.Session()
+    if token:
+        http.headers["Authorization"] = f"Token {token}"
+    report: dict[str, object] = {"server": server}
+    for name, path in (("collections", "v1/collection/"), ("blaze", "v1/blaze/merge/"), ("ingest", "v1/ingest/")):
+        try:
+            r = http.get(f"{server.rstrip('/')}/{path}", timeout=30)
+        except requests.RequestException as exc:
+            raise click.ClickException(f"{server} does not answer: {exc}") from exc
+        report[name] = r.json() if r.ok else {"status": r.status_code, "message": r.json().get("message", r.text)}
+    click.echo(json.dumps(report, indent=1))
+
+
+@main.command()
 @click.option("--workers", default=None, type=int, help="Worker processes (default: NDSTORE_INGEST_WORKERS or 2).")
 def runner(workers: int | None) -> None:
     """Run the ingest pipeline's handlers locally (the stand-in for Lambda) until SIGINT/SIGTERM;

@@ -1,0 +1,137 @@
+"""Viewers and clients through the HTTP service: the latency of a 512x512 xy PNG tile from a hot
+cache (p50, p99; goal <= 10 ms and <= 30 ms), beside the same plane as raw bytes (the read path
+without the image) and a bare loopback round trip of a body that size; and the Python client's
+(`ndstore.client.Volume`) throughput reading 1 GiB with 8 parallel requests, beside loopback HTTP
+with 8 threads.
+
+    python -m benchmarks.bench_viewer [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import random
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import requests
+from PIL import Image
+
+from benchmarks.common import (
+    ADMIN_TOKEN,
+    create_dataset,
+    fmt,
+    hardware,
+    local_stack,
+    loopback_http,
+    loopback_rates,
+    read_body,
+    summary,
+    write_results,
+)
+from ndstore.client import Volume
+from ndstore.core.slices import encode_image
+from ndstore.core.synthetic import em_like
+
+TILE = 512
+
+
+def latencies(fn: Any, n: int) -> dict[str, float]:
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    times.sort()
+    return {"p50_ms": statistics.median(times), "p99_ms": times[int(0.99 * (len(times) - 1))], "n": n}
+
+
+def tile_latency(url: str, frame: tuple[int, int, int], n: int, rounds: int) -> dict[str, Any]:
+    """Random 512x512 tiles of a hot volume, one client, a tile at a time (a viewer's fetch)."""
+    s = requests.Session()
+    s.headers["Authorization"] = f"Token {ADMIN_TOKEN}"
+    x_tiles, y_tiles, z = frame[0] // TILE, frame[1] // TILE, frame[2]
+    tiles = [(i, j, k) for i in range(x_tiles) for j in range(y_tiles) for k in range(0, z, 7)]
+    rng = random.Random(0)
+
+    def path(kind: str) -> str:
+        i, j, k = rng.choice(tiles)
+        xs, ys = f"{i * TILE}:{(i + 1) * TILE}", f"{j * TILE}:{(j + 1) * TILE}"
+        if kind == "png":
+            return f"{url}/v1/image/bench/e/c/xy/0/{xs}/{ys}/{k}/"
+        return f"{url}/v1/cutout/bench/e/c/0/{xs}/{ys}/{k}:{k + 1}/"
+
+    for _ in range(20):  # the client wrote the volume through the cache tier: it is hot already
+        read_body(s, path("png"))
+    png = [latencies(lambda: Image.open(io.BytesIO(read_body(s, path("png")))).load(), n) for _ in range(rounds)]
+    raw = [latencies(lambda: read_body(s, path("raw"), {"Accept": "application/octet-stream"}), n)
+           for _ in range(rounds)]
+    with loopback_http(bytes(TILE * TILE)) as bare:
+        loop = [latencies(lambda: read_body(s, bare), n) for _ in range(rounds)]
+    plane = em_like((1, TILE, TILE), seed=9)[0]
+    encode = [latencies(lambda: encode_image(Image.fromarray(plane), "png"), n) for _ in range(rounds)]
+    return {kind: {q: summary([r[q] for r in runs]) for q in ("p50_ms", "p99_ms")}
+            for kind, runs in (("png_tile", png), ("raw_plane", raw), ("loopback_256k", loop),
+                               ("png_encode", encode))}
+
+
+def client_throughput(url: str, frame: tuple[int, int, int], rounds: int, parallel: int) -> dict[str, Any]:
+    vol = Volume(url, "bench/e/c", token=ADMIN_TOKEN, parallel=parallel, progress_bytes=1 << 62)
+    nbytes = frame[0] * frame[1] * frame[2]
+    block = em_like((frame[2], TILE, TILE), seed=3)
+    start = time.perf_counter()
+    for j in range(0, frame[1], TILE):
+        vol[:, j:j + TILE, :] = np.tile(block, (1, 1, frame[0] // TILE))
+    write_s = time.perf_counter() - start
+    reads = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        got = vol[:, :, :]
+        reads.append(nbytes / (time.perf_counter() - start) / 1e6)
+        assert got.shape == (frame[2], frame[1], frame[0])
+    return {"bytes": nbytes, "parallel": parallel, "read": summary(reads), "write_MBps": nbytes / write_s / 1e6}
+
+
+HEADER = ["what", "figure", "goal / ceiling", "ratio"]
+
+
+def table(record: dict[str, Any]) -> list[list[str]]:
+    lat, thr = record["latency"], record["client"]
+    png, raw, loop, enc = lat["png_tile"], lat["raw_plane"], lat["loopback_256k"], lat["png_encode"]
+    loop_get = record["loopback"]["get"]["median"]
+    return [
+        ["512x512 xy PNG tile, hot cache, p50 ms", fmt(png["p50_ms"], 1), "goal ≤ 10",
+         f"{png['p50_ms']['median'] / 10:.2f} of goal"],
+        ["512x512 xy PNG tile, hot cache, p99 ms", fmt(png["p99_ms"], 1), "goal ≤ 30",
+         f"{png['p99_ms']['median'] / 30:.2f} of goal"],
+        ["same plane as raw bytes (no image), p50 / p99 ms", f"{fmt(raw['p50_ms'], 1)} / {fmt(raw['p99_ms'], 1)}", "",
+         f"PNG tile = {png['p50_ms']['median'] / raw['p50_ms']['median']:.2f}x raw"],
+        ["ceiling: loopback GET of 256 KiB, p50 / p99 ms", f"{fmt(loop['p50_ms'], 2)} / {fmt(loop['p99_ms'], 2)}", "",
+         f"PNG tile = {png['p50_ms']['median'] / loop['p50_ms']['median']:.1f}x loopback"],
+        ["PNG encode of the plane alone, p50 ms", fmt(enc["p50_ms"], 1), "", ""],
+        [f"Volume read of {thr['bytes'] >> 20} MiB, {thr['parallel']} parallel, MB/s", fmt(thr["read"]),
+         f"loopback GET 16 MiB x{thr['parallel']}: {loop_get:.0f}", f"{thr['read']['median'] / loop_get:.2f}"],
+        ["Volume write of the same (once), MB/s", f"{thr['write_MBps']:.0f}", "", ""],
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="256 MiB instead of 1 GiB, fewer samples")
+    args = parser.parse_args()
+    rounds, n, frame = (3, 100, (2048, 2048, 64)) if args.quick else (5, 300, (4096, 4096, 64))
+    record: dict[str, Any] = {"hardware": hardware(), "quick": args.quick, "rounds": rounds, "frame_xyz": frame,
+                              "loopback": loopback_rates(bytes(16 << 20), 8, rounds)}
+    with local_stack({"NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite"}, with_merger=False) as stack:
+        create_dataset(stack, frame)
+        record["client"] = client_throughput(stack.url, frame, rounds, 8)
+        print(f"client read {fmt(record['client']['read'])} MB/s", flush=True)
+        record["latency"] = tile_latency(stack.url, frame, n, rounds)
+    print(write_results("viewer", record, table(record), HEADER))
+
+
+if __name__ == "__main__":
+    main()

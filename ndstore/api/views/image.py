@@ -1,0 +1,98 @@
+"""Slice images for viewers: `GET /v1/image/{c}/{e}/{ch}/{xy|xz|yz}/{res}/...` through the cache
+tier, as PNG (default) or JPEG (`?format=jpeg` or `Accept: image/jpeg`), with `?window=lo,hi`
+and, for JPEG, `?quality=`. An ETag of the image answers a repeat with 304; Cache-Control lets a
+viewer's cache keep a tile for a short while (data can be rewritten at any time)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from rest_framework import renderers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ndstore.api import auth, lookups
+from ndstore.core import slices
+from ndstore.core.errors import InvalidRequest
+from ndstore.core.geometry import Box
+from ndstore.engine.volume import make_cutout
+from ndstore.wiring import services
+
+MAX_AGE_S = 30
+
+
+class _ImageRenderer(renderers.BaseRenderer):
+    charset = None
+
+    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> Any:
+        if isinstance(data, bytes):
+            return data
+        return renderers.JSONRenderer().render(data)  # an error
+
+
+class PNGRenderer(_ImageRenderer):
+    media_type, format = "image/png", "png"
+
+
+class JPEGRenderer(_ImageRenderer):
+    media_type, format = "image/jpeg", "jpeg"
+
+
+class SliceImageView(APIView):
+    renderer_classes = [PNGRenderer, JPEGRenderer]
+    orientation = "xy"
+
+    def handle_exception(self, exc: Exception) -> Response:
+        self.request.accepted_renderer = renderers.JSONRenderer()
+        self.request.accepted_media_type = renderers.JSONRenderer.media_type
+        return super().handle_exception(exc)
+
+    def get(self, request: Any, **kw: Any) -> Response:
+        coll, exp, chan = lookups.channel_path(kw["collection"], kw["experiment"], kw["channel"])
+        auth.require(request.user, auth.READ, coll, exp, chan)
+        ranges = {axis: kw[axis] if isinstance(kw[axis], tuple) else (kw[axis], kw[axis] + 1) for axis in "xyz"}
+        t = kw.get("t", chan.default_time_sample)
+        cutout = make_cutout(lookups.channel_volume(chan), kw["resolution"],
+                             Box.from_ranges(ranges["x"], ranges["y"], ranges["z"]), range(t, t + 1),
+                             services().config.max_cutout_bytes)
+        file_format = request.accepted_renderer.format
+        window = request.query_params.get("window")
+        quality = _quality(request.query_params.get("quality", "85"))
+        data = services().tier("cache", "cache").read(cutout)[0]
+        image = slices.displayable(slices.plane_of(data, self.orientation), chan.type == "annotation",
+                                   slices.Window.parse(window) if window else None, file_format)
+        body = slices.encode_image(image, file_format, quality)
+        etag = f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"'
+        headers = {"ETag": etag, "Vary": "Accept, Authorization",
+                   "Cache-Control": f"{'public' if coll.public else 'private'}, max-age={MAX_AGE_S}"}
+        if etag in request.headers.get("If-None-Match", ""):
+            return Response(status=304, headers=headers)
+        return Response(body, headers=headers)
+
+
+class XYImage(SliceImageView):
+    orientation = "xy"
+
+
+class XZImage(SliceImageView):
+    orientation = "xz"
+
+
+class YZImage(SliceImageView):
+    orientation = "yz"
+
+
+class MalformedImage(APIView):
+    def get(self, request: Any, **kw: Any) -> Response:
+        raise InvalidRequest(
+            "malformed image URL; expected /v1/image/{collection}/{experiment}/{channel}/ then "
+            "xy/{res}/{x0}:{x1}/{y0}:{y1}/{z}/, xz/{res}/{x0}:{x1}/{y}/{z0}:{z1}/ or "
+            "yz/{res}/{x}/{y0}:{y1}/{z0}:{z1}/, optionally followed by {t}/"
+        )
+
+
+def _quality(raw: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= 95:
+        raise InvalidRequest(f"quality must be an integer 1..95, not {raw!r}")
+    return int(raw)
