@@ -150,3 +150,32 @@ class DownsampleJob(models.Model):
     state = models.CharField(max_length=16, default="IN_PROGRESS", choices=[(s, s) for s in STATES])
     created = models.DateTimeField(auto_now_add=True)
     finished = models.DateTimeField(null=True, blank=True)
+
+
+class IdCounter(models.Model):
+    """The next annotation id that `/v1/reserve/` hands out in one channel (Boss reserve_ids).
+    Advanced by one conditional UPDATE, so concurrent reservations never overlap."""
+
+    channel = models.OneToOneField(Channel, on_delete=models.CASCADE, related_name="id_counter")
+    next_id = models.BigIntegerField(default=1)
+
+
+class MetaValue(models.Model):
+    """One metadata key-value pair on a collection, experiment or channel (Boss `/v1/meta/`)."""
+
+    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="+")
+    experiment = models.ForeignKey(Experiment, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    channel = models.ForeignKey(Channel, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=128)
+    value = models.TextField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["collection", "key"], condition=models.Q(experiment__isnull=True),
+                                    name="unique_meta_key_collection"),
+            models.UniqueConstraint(fields=["experiment", "key"],
+                                    condition=models.Q(experiment__isnull=False, channel__isnull=True),
+                                    name="unique_meta_key_experiment"),
+            models.UniqueConstraint(fields=["channel", "key"], condition=models.Q(channel__isnull=False),
+                                    name="unique_meta_key_channel"),
+        ]

@@ -67,16 +67,21 @@ class ChannelSerializer(_Base):
     experiment = serializers.SlugRelatedField(read_only=True, slug_field="name")
     sources = serializers.ListField(child=serializers.CharField(max_length=64), required=False)
     related = serializers.SerializerMethodField()
+    storage_type = serializers.SerializerMethodField()  # intern.array reads it: "spdb" is the Boss's own store
     immutable = ("type", "datatype")
 
     class Meta:
         model = Channel
         fields = ["name", "description", "experiment", "default_time_sample", "type", "base_resolution",
-                  "datatype", "creator", "sources", "downsample_status", "related", "cache_write_through"]
+                  "datatype", "creator", "sources", "downsample_status", "related", "cache_write_through",
+                  "storage_type"]
         read_only_fields = ["downsample_status"]
 
     def get_related(self, obj: Channel) -> list[str]:
         return []
+
+    def get_storage_type(self, obj: Channel) -> str:
+        return "spdb"
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)

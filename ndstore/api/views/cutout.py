@@ -57,9 +57,10 @@ class CutoutView(APIView):
 
     def get(self, request: Any, **kw: Any) -> Response:
         chan = self._resolve(request, auth.READ, kw)
-        mode = request.query_params.get("access-mode", "cache")
+        asked = request.query_params.get("access-mode", "cache")
+        mode = asked.replace("-", "_")  # intern sends no_cache as "no-cache"
         if mode not in ACCESS_MODES:
-            raise InvalidRequest(f"access-mode must be one of {', '.join(ACCESS_MODES)}, not {mode!r}")
+            raise InvalidRequest(f"access-mode must be one of {', '.join(ACCESS_MODES)}, not {asked!r}")
         data = services().tier(self.tier, mode).read(self.cutout)
         ids = _filter_ids(request.query_params.get("filter"), chan.type)
         if ids is not None:

@@ -1,0 +1,261 @@
+"""Boss v1 routes that the `intern` client uses beyond resources and cutouts.
+
+- the resource routes without their trailing slash (intern asks for `/v1/collection/{c}`, and
+  lists collections at `/v1/collection//`);
+- `PUT /v1/cutout/to_black/{c}/{e}/{ch}/{res}/{x}/{y}/{z}/[{t}/]`: zeros written through the cache tier;
+- `GET /v1/ids/{c}/{e}/{ch}/{res}/{x}/{y}/{z}/[{t}/]`: the label ids in a box (annotation channels);
+- `GET /v1/boundingbox/{c}/{e}/{ch}/{res}/{id}/?type=loose|tight`: where a label id occurs, found
+  by reading every stored supercuboid of the level (no id index: its cost grows with the level);
+- `GET /v1/reserve/{c}/{e}/{ch}/{count}`: a block of fresh annotation ids from a per-channel counter;
+- `GET|POST|PUT|DELETE /v1/meta/{c}[/{e}[/{ch}]]/?key=&value=`: metadata key-value pairs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.urls import URLPattern, path
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ndstore.api import auth, lookups
+from ndstore.api.models import Channel, IdCounter, MetaValue
+from ndstore.api.views import resources
+from ndstore.api.views.cutout import CutoutView
+from ndstore.core import morton
+from ndstore.core.errors import Conflict, InvalidRequest, NotFound
+from ndstore.core.geometry import Box
+from ndstore.engine.volume import ChannelVolume, Cutout
+from ndstore.wiring import services
+
+MAX_RESERVE = 1 << 32  # ids per reservation
+MAX_ID = (1 << 63) - 1  # the counter is a signed 64-bit column
+MAX_META_KEY = 128
+MAX_META_VALUE = 64 << 10
+BOX = "<name:collection>/<name:experiment>/<name:channel>/<int:resolution>/<range:x>/<range:y>/<range:z>/"
+CHANNEL = "<name:collection>/<name:experiment>/<name:channel>"
+
+
+def _require_annotation(chan: Channel, action: str) -> None:
+    if chan.type != "annotation":
+        raise InvalidRequest(f"{action} applies to annotation channels only; {chan.name} is an {chan.type} channel")
+
+
+class ToBlackView(CutoutView):
+    """Zero a box (Boss `cutout/to_black`), through the cache tier like any cutout write."""
+
+    http_method_names = ["put", "options"]
+    renderer_classes = [JSONRenderer]
+
+    def put(self, request: Any, **kw: Any) -> Response:
+        self._resolve(request, auth.WRITE, kw)
+        zeros = np.zeros(self.cutout.shape, self.cutout.channel.dtype)
+        services().tier(self.tier, "cache").write(self.cutout, zeros)
+        return Response(status=200)
+
+
+class IdsView(CutoutView):
+    """The non-zero label ids in a box, as decimal strings (Boss shape: `{"ids": ["1", "7"]}`)."""
+
+    http_method_names = ["get", "head", "options"]
+    renderer_classes = [JSONRenderer]
+
+    def get(self, request: Any, **kw: Any) -> Response:
+        chan = self._resolve(request, auth.READ, kw)
+        _require_annotation(chan, "ids")
+        ids = np.unique(services().tier(self.tier, "cache").read(self.cutout))
+        return Response({"ids": [str(i) for i in ids[ids != 0].tolist()]})
+
+
+def _span(mask: npt.NDArray[np.bool_], origin: Box) -> tuple[list[int], list[int]] | None:
+    """(lo, hi) in (x, y, z) of the True voxels of a (z, y, x) mask placed at origin.lo."""
+    if not mask.any():
+        return None
+    lo, hi = [], []
+    for axis in (2, 1, 0):  # x, y, z
+        hits = np.flatnonzero(mask.any(axis=tuple(a for a in range(3) if a != axis)))
+        lo.append(int(hits[0]) + origin.lo[2 - axis])
+        hi.append(int(hits[-1]) + 1 + origin.lo[2 - axis])
+    return lo, hi
+
+
+def bounding_box(volume: ChannelVolume, resolution: int, label: int, loose: bool) -> dict[str, list[int]] | None:
+    """Where `label` occurs at `resolution`, over all time samples; `loose` widens the box to
+    cuboid boundaries (clipped to the level's extent). None if it occurs nowhere."""
+    svc = services()
+    svc.downsampler.write_back(volume, resolution)  # dirty cached data reaches the index first
+    grid, extent = volume.grid(resolution), volume.extent(resolution)
+    lo: list[int] = []
+    hi: list[int] = []
+    times: list[int] = []
+    for t in range(volume.num_time_samples):
+        for code in svc.index.mortons(volume.volume_key(resolution, t)):
+            box = grid.supercuboid_box(morton.decode_one(code)).intersect(extent)
+            if box is None:
+                continue
+            found = _span(svc.direct.read(Cutout(volume, resolution, box, range(t, t + 1)))[0] == label, box)
+            if found is None:
+                continue
+            lo = [min(a, b) for a, b in zip(lo or found[0], found[0])]
+            hi = [max(a, b) for a, b in zip(hi or found[1], found[1])]
+            times.append(t)
+    if not times:
+        return None
+    if loose:
+        lo = [max(e, v // c * c) for v, c, e in zip(lo, grid.cuboid, extent.lo)]
+        hi = [min(e, -(-v // c) * c) for v, c, e in zip(hi, grid.cuboid, extent.hi)]
+    return {"x_range": [lo[0], hi[0]], "y_range": [lo[1], hi[1]], "z_range": [lo[2], hi[2]],
+            "t_range": [min(times), max(times) + 1]}
+
+
+class BoundingBoxView(APIView):
+    def get(self, request: Any, collection: str, experiment: str, channel: str, resolution: int,
+            label: int) -> Response:
+        coll, exp, chan = lookups.channel_path(collection, experiment, channel)
+        auth.require(request.user, auth.READ, coll, exp, chan)
+        _require_annotation(chan, "boundingbox")
+        kind = request.query_params.get("type", "loose")
+        if kind not in ("loose", "tight"):
+            raise InvalidRequest(f"type must be loose or tight, not {kind!r}")
+        volume = lookups.channel_volume(chan)
+        if not 0 <= resolution < volume.num_levels:
+            raise InvalidRequest(f"resolution {resolution} does not exist: this channel has levels "
+                                 f"0..{volume.num_levels - 1}")
+        if label == 0:
+            raise InvalidRequest("id 0 is the background, not an object")
+        found = bounding_box(volume, resolution, label, kind == "loose")
+        if found is None:
+            raise NotFound(f"id {label} does not occur in {collection}/{experiment}/{channel} at resolution "
+                           f"{resolution}")
+        return Response(found)
+
+
+def reserve(chan: Channel, count: int) -> int:
+    """Advance the channel's id counter by `count`; return the first id of the block."""
+    limit = min(int(np.iinfo(np.dtype(chan.datatype)).max), MAX_ID)
+    with transaction.atomic():
+        IdCounter.objects.get_or_create(channel=chan)
+        moved = (IdCounter.objects.filter(channel=chan, next_id__lte=limit - count + 1)
+                 .update(next_id=F("next_id") + count))
+        if not moved:
+            raise Conflict(f"fewer than {count} unreserved ids are left in {chan.name} ({chan.datatype})")
+        return int(IdCounter.objects.values_list("next_id", flat=True).get(channel=chan)) - count
+
+
+class ReserveView(APIView):
+    def get(self, request: Any, collection: str, experiment: str, channel: str, count: int) -> Response:
+        coll, exp, chan = lookups.channel_path(collection, experiment, channel)
+        auth.require(request.user, auth.WRITE, coll, exp, chan)
+        _require_annotation(chan, "reserving ids")
+        if not 1 <= count <= MAX_RESERVE:
+            raise InvalidRequest(f"the number of ids to reserve must be 1..{MAX_RESERVE}, not {count}")
+        return Response({"start_id": reserve(chan, count), "count": count})
+
+
+class MetaView(APIView):
+    """Key-value metadata of one collection, experiment or channel. GET without `key` lists the
+    keys; with it, returns the value. POST creates (409 if the key exists), PUT changes, DELETE
+    removes (404 if the key does not exist). Reading needs read, the rest write."""
+
+    def _rows(self, request: Any, level: int, names: dict[str, str]) -> tuple[dict[str, Any], Any]:
+        coll = lookups.collection(names["collection"])
+        exp = lookups.experiment(coll, names["experiment"]) if "experiment" in names else None
+        chan = lookups.channel(exp, names["channel"]) if exp is not None and "channel" in names else None
+        auth.require(request.user, level, coll, exp, chan)
+        where = {"collection": coll, "experiment": exp, "channel": chan}
+        return where, MetaValue.objects.filter(**where)
+
+    def _param(self, request: Any, name: str, limit: int) -> str:
+        value = request.query_params.get(name)
+        if value is None or value == "":
+            raise InvalidRequest(f"the {name} query parameter is required")
+        if len(value) > limit:
+            raise InvalidRequest(f"{name} is longer than {limit} characters")
+        return str(value)
+
+    def _row(self, request: Any, rows: Any, names: dict[str, str]) -> MetaValue:
+        key = self._param(request, "key", MAX_META_KEY)
+        row = rows.filter(key=key).first()
+        if row is None:
+            raise NotFound(f"{'/'.join(names.values())} has no metadata key {key!r}")
+        return row  # type: ignore[no-any-return]
+
+    def get(self, request: Any, **names: str) -> Response:
+        _, rows = self._rows(request, auth.READ, names)
+        if "key" not in request.query_params:
+            return Response({"keys": sorted(rows.values_list("key", flat=True))})
+        row = self._row(request, rows, names)
+        return Response({"key": row.key, "value": row.value})
+
+    def post(self, request: Any, **names: str) -> Response:
+        where, rows = self._rows(request, auth.WRITE, names)
+        key = self._param(request, "key", MAX_META_KEY)
+        value = self._param(request, "value", MAX_META_VALUE)
+        try:
+            with transaction.atomic():
+                MetaValue.objects.create(**where, key=key, value=value)
+        except IntegrityError:
+            raise Conflict(f"{'/'.join(names.values())} already has metadata key {key!r}; PUT to change it") from None
+        return Response({"key": key, "value": value}, status=201)
+
+    def put(self, request: Any, **names: str) -> Response:
+        _, rows = self._rows(request, auth.WRITE, names)
+        row = self._row(request, rows, names)
+        row.value = self._param(request, "value", MAX_META_VALUE)
+        row.save(update_fields=["value"])
+        return Response({"key": row.key, "value": row.value})
+
+    def delete(self, request: Any, **names: str) -> Response:
+        _, rows = self._rows(request, auth.WRITE, names)
+        self._row(request, rows, names).delete()
+        return Response(status=204)
+
+
+class MalformedBossRoute(APIView):
+    """Any other path under a Boss prefix: say what the URL must look like."""
+
+    shapes = {
+        "ids": "ids/{collection}/{experiment}/{channel}/{resolution}/{x0}:{x1}/{y0}:{y1}/{z0}:{z1}/[{t0}:{t1}/]",
+        "boundingbox": "boundingbox/{collection}/{experiment}/{channel}/{resolution}/{id}/?type=loose|tight",
+        "reserve": "reserve/{collection}/{experiment}/{channel}/{count}",
+        "meta": "meta/{collection}[/{experiment}[/{channel}]]/?key=...[&value=...]",
+    }
+
+    def refuse(self, request: Any, **kw: Any) -> Response:
+        prefix = request.path.split("/")[2]
+        raise InvalidRequest(f"malformed URL; expected /v1/{self.shapes[prefix]} with integer ids and ranges")
+
+    get = post = put = delete = refuse
+
+
+def _both(route: str, view: Any) -> list[URLPattern]:
+    """The route with and without its trailing slash (intern asks for both forms)."""
+    return [path(route, view), path(f"{route}/", view)]
+
+
+def routes() -> list[URLPattern]:
+    """Boss compatibility routes; they go before the cutout routes (to_black shares their prefix)."""
+    meta = MetaView.as_view()
+    return [
+        path("v1/collection//", resources.CollectionList.as_view()),
+        path("v1/collection/<name:name>", resources.CollectionView.as_view()),
+        path("v1/collection/<name:collection>/experiment/<name:name>", resources.ExperimentView.as_view()),
+        path("v1/collection/<name:collection>/experiment/<name:experiment>/channel/<name:name>",
+             resources.ChannelView.as_view()),
+        path("v1/coord/<name:name>", resources.CoordFrameView.as_view()),
+        path(f"v1/cutout/to_black/{BOX}", ToBlackView.as_view()),
+        path(f"v1/cutout/to_black/{BOX}<range:t>/", ToBlackView.as_view()),
+        path(f"v1/ids/{BOX}", IdsView.as_view()),
+        path(f"v1/ids/{BOX}<range:t>/", IdsView.as_view()),
+        path(f"v1/boundingbox/{CHANNEL}/<int:resolution>/<int:label>/", BoundingBoxView.as_view()),
+        *_both(f"v1/reserve/{CHANNEL}/<int:count>", ReserveView.as_view()),
+        *_both("v1/meta/<name:collection>", meta),
+        *_both("v1/meta/<name:collection>/<name:experiment>", meta),
+        *_both(f"v1/meta/{CHANNEL}", meta),
+        *[path(f"v1/{prefix}/<path:rest>", MalformedBossRoute.as_view()) for prefix in MalformedBossRoute.shapes],
+    ]
