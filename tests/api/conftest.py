@@ -61,9 +61,12 @@ class Dataset:
 
 def make_dataset(client: APIClient, name: str = "c1", frame: tuple[int, int, int] = (1100, 700, 100),
                  levels: int = 3, method: str = "anisotropic", times: int = 1,
-                 channels: dict[str, str] | None = None) -> Dataset:
+                 channels: dict[str, str] | None = None, frame_fields: dict[str, Any] | None = None) -> Dataset:
+    """A coordinate frame, collection, experiment and channels; `frame_fields` adds to the frame
+    (starts, voxel sizes, unit)."""
     channels = channels or {"img8": "uint8"}
-    ok = client.post(f"/v1/coord/{name}_frame/", {"x_stop": frame[0], "y_stop": frame[1], "z_stop": frame[2]},
+    ok = client.post(f"/v1/coord/{name}_frame/",
+                     {"x_stop": frame[0], "y_stop": frame[1], "z_stop": frame[2], **(frame_fields or {})},
                      format="json")
     assert ok.status_code == 201, ok.content
     assert client.post(f"/v1/collection/{name}/", {"description": "test"}, format="json").status_code == 201

@@ -1,0 +1,156 @@
+"""Neuroglancer "precomputed", read-only, so Neuroglancer and CloudVolume read a channel with no
+plug-in: `/precomputed/{c}/{e}/{ch}/info` and `.../{scale_key}/{x0}-{x1}_{y0}-{y1}_{z0}-{z1}`
+chunks, read through the cache tier. `.../{c}/{e}/{ch}/{encoding}/...` (`raw` or
+`compressed_segmentation`) is the same volume in an encoding other than the channel's default.
+Every response, errors and preflights included, carries CORS headers: viewers run on other origins.
+The path tails are here (ROUTES, with their converters); ndstore.api.urls mounts them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django.http import HttpResponse
+from django.urls import register_converter
+from django.utils.cache import get_conditional_response
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ndstore.api import auth, lookups
+from ndstore.api.models import Channel
+from ndstore.core import precomputed
+from ndstore.core.errors import NotFound
+from ndstore.core.geometry import Box
+from ndstore.engine.volume import ChannelVolume, make_cutout
+from ndstore.wiring import services
+
+MAX_AGE_S = 30
+CORS_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Expose-Headers": "ETag, Content-Length, Content-Type, Cache-Control",
+}
+PREFLIGHT_HEADERS = {
+    "Access-Control-Allow-Methods": "GET, HEAD, OPTIONS",
+    "Access-Control-Allow-Headers": "Authorization, Content-Type, Range, If-None-Match, Cache-Control",
+    "Access-Control-Max-Age": "86400",
+}
+
+
+class ChunkNameConverter:
+    """`x0-x1_y0-y1_z0-z1` -> ((x0, x1), (y0, y1), (z0, z1)); emptiness and order are checked
+    by the geometry, with a clear 400."""
+
+    regex = r"\d{1,12}-\d{1,12}_\d{1,12}-\d{1,12}_\d{1,12}-\d{1,12}"
+
+    def to_python(self, value: str) -> tuple[tuple[int, int], ...]:
+        return tuple((int(a), int(b)) for a, b in (r.split("-") for r in value.split("_")))
+
+    def to_url(self, value: tuple[tuple[int, int], ...]) -> str:
+        return "_".join(f"{a}-{b}" for a, b in value)
+
+
+class EncodingConverter:
+    regex = "|".join(precomputed.ENCODINGS)
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(ChunkNameConverter, "chunkname")
+register_converter(EncodingConverter, "encoding")
+
+
+class AnyAccept(BaseContentNegotiation):
+    """Viewers send whatever Accept they like; a file is what it is (errors are JSON)."""
+
+    def select_parser(self, request: Any, parsers: list[Any]) -> Any:
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request: Any, renderers: list[Any], format_suffix: str | None = None) -> Any:
+        return renderers[0], renderers[0].media_type
+
+
+class PrecomputedView(APIView):
+    content_negotiation_class = AnyAccept
+
+    def finalize_response(self, request: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        for name, value in CORS_HEADERS.items():
+            response[name] = value
+        return response
+
+    def options(self, request: Any, *args: Any, **kwargs: Any) -> HttpResponse:
+        return HttpResponse(status=204, headers=PREFLIGHT_HEADERS)
+
+
+def _channel(request: Any, kw: dict[str, Any]) -> tuple[Channel, ChannelVolume, str]:
+    """The channel (read permission checked), its engine volume and the encoding asked for."""
+    coll, exp, chan = lookups.channel_path(kw["collection"], kw["experiment"], kw["channel"])
+    auth.require(request.user, auth.READ, coll, exp, chan)
+    volume = lookups.channel_volume(chan)
+    encoding = kw.get("encoding")
+    if encoding is None:
+        return chan, volume, precomputed.default_encoding(volume)
+    return chan, volume, precomputed.check_encoding(encoding, volume)
+
+
+def _file(request: Any, chan: Channel, body: bytes, content_type: str) -> HttpResponse:
+    """A file with an ETag (its content hash) that answers a repeat with 304; viewers may keep it
+    for MAX_AGE_S (voxels can be rewritten at any time), shared caches only if it is public."""
+    etag = f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"'
+    response = HttpResponse(body, content_type=content_type)
+    response["ETag"] = etag
+    response["Vary"] = "Authorization"
+    response["Cache-Control"] = f"{'public' if chan.experiment.collection.public else 'private'}, max-age={MAX_AGE_S}"
+    conditional: HttpResponse = get_conditional_response(request._request, etag=etag, response=response)
+    return conditional
+
+
+class InfoView(PrecomputedView):
+    def get(self, request: Any, **kw: Any) -> HttpResponse:
+        chan, volume, encoding = _channel(request, kw)
+        frame = chan.experiment.coord_frame
+        voxel_nm = precomputed.voxel_size_nm(
+            (frame.x_voxel_size, frame.y_voxel_size, frame.z_voxel_size), frame.voxel_unit
+        )
+        body = json.dumps(precomputed.info(volume, voxel_nm, encoding)).encode()
+        return _file(request, chan, body, "application/json")
+
+
+class ChunkView(PrecomputedView):
+    def get(self, request: Any, **kw: Any) -> HttpResponse:
+        chan, volume, encoding = _channel(request, kw)
+        level = precomputed.level_of_key(kw["key"], volume.num_levels)
+        box = Box.from_ranges(*kw["box"])
+        t = chan.default_time_sample
+        cutout = make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes)
+        data = services().tier("cache", "cache").read(cutout)[0]
+        return _file(request, chan, precomputed.encode_chunk(data, encoding), "application/octet-stream")
+
+
+class NoSuchFile(PrecomputedView):
+    """Any other path under /precomputed/ (`provenance`, probes for other formats): a 404 that
+    says which files exist."""
+
+    def get(self, request: Any, **kw: Any) -> Response:
+        raise NotFound(
+            f"no such precomputed file: {kw.get('rest', '')!r}; a channel has "
+            "/precomputed/{collection}/{experiment}/{channel}/[{encoding}/]info and "
+            ".../[{encoding}/]{scale_key}/{x0}-{x1}_{y0}-{y1}_{z0}-{z1} (integer, half-open ranges; "
+            f"encoding one of {', '.join(precomputed.ENCODINGS)})"
+        )
+
+
+# Tails under /precomputed/{collection}/{experiment}/{channel}/, mounted by ndstore.api.urls.
+ROUTES: list[tuple[str, type[PrecomputedView]]] = [
+    ("info", InfoView),
+    ("<str:key>/<chunkname:box>", ChunkView),
+    ("<encoding:encoding>/info", InfoView),
+    ("<encoding:encoding>/<str:key>/<chunkname:box>", ChunkView),
+]
