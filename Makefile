@@ -6,12 +6,12 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: run test bench bench-quick lint system-deps venv clean
+.PHONY: run test bench bench-quick lint system-deps browser neuroglancer venv clean
 
-run: system-deps venv
+run: system-deps venv neuroglancer
 	$(VENV)/bin/ndstore up --demo
 
-test: system-deps venv
+test: system-deps browser venv neuroglancer
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
@@ -23,6 +23,7 @@ bench: system-deps venv
 	$(PY) -m benchmarks.bench_blaze
 	$(PY) -m benchmarks.bench_ingest
 	$(PY) -m benchmarks.bench_downsample
+	$(PY) -m benchmarks.bench_viewer
 
 bench-quick: system-deps venv
 	$(PY) -m benchmarks.bench_direct --quick
@@ -30,6 +31,7 @@ bench-quick: system-deps venv
 	$(PY) -m benchmarks.bench_blaze --quick
 	$(PY) -m benchmarks.bench_ingest --quick
 	$(PY) -m benchmarks.bench_downsample --quick
+	$(PY) -m benchmarks.bench_viewer --quick
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -46,6 +48,17 @@ system-deps:
 		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; \
 	fi
 
+# Debian's Chromium, for the headless end-to-end test of the landing page and Neuroglancer.
+browser:
+	@command -v chromium >/dev/null || { echo "installing: chromium"; \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+		--no-install-recommends chromium; }
+
+# Neuroglancer's static build in .neuroglancer/, served at /neuroglancer/ (built from npm with
+# Vite once; installs nodejs/npm from apt when missing). See deploy/neuroglancer/.
+neuroglancer:
+	bash deploy/neuroglancer/install.sh
+
 venv: $(STAMP)
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
@@ -56,4 +69,4 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	touch $@
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .neuroglancer

@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from ndstore.api import converters  # noqa: F401  (registers the `name` and `range` converters)
-from ndstore.api.views import blaze, cutout, downsample, ingest, permissions, resources
+from ndstore.api.views import blaze, boss, cutout, downsample, image, ingest, permissions, precomputed, resources
 
 CUTOUT = "<name:collection>/<name:experiment>/<name:channel>/<int:resolution>/<range:x>/<range:y>/<range:z>/"
+
+
+CHANNEL = "<name:collection>/<name:experiment>/<name:channel>/"
+IMAGE_ROUTES = {
+    "xy": ("<int:resolution>/<range:x>/<range:y>/<int:z>/", image.XYImage),
+    "xz": ("<int:resolution>/<range:x>/<int:y>/<range:z>/", image.XZImage),
+    "yz": ("<int:resolution>/<int:x>/<range:y>/<range:z>/", image.YZImage),
+}
+
+
+def image_routes() -> list:  # type: ignore[type-arg]
+    routes = []
+    for orientation, (tail, view) in IMAGE_ROUTES.items():
+        routes.append(path(f"v1/image/{CHANNEL}{orientation}/{tail}", view.as_view()))
+        routes.append(path(f"v1/image/{CHANNEL}{orientation}/{tail}<int:t>/", view.as_view()))
+    return [*routes, path("v1/image/<path:rest>", image.MalformedImage.as_view())]
 
 
 def cutout_routes(prefix: str, view: type[cutout.CutoutView]) -> list:  # type: ignore[type-arg]
@@ -32,9 +49,11 @@ urlpatterns = [
     path("v1/coord/", resources.CoordFrameList.as_view()),
     path("v1/coord/<name:name>/", resources.CoordFrameView.as_view()),
     path("v1/permissions/", permissions.PermissionsView.as_view()),
+    *boss.routes(),  # Boss v1 compatibility (intern); before the cutout routes
     *cutout_routes("v1/cutout/", cutout.CutoutView),
     *cutout_routes("v1/direct/cutout/", cutout.DirectCutoutView),
     *cutout_routes("v1/blaze/cutout/", cutout.BlazeCutoutView),
+    *image_routes(),
     path("v1/blaze/merge/", blaze.BlazeMergeView.as_view()),
     path("v1/downsample/<name:collection>/<name:experiment>/<name:channel>/", downsample.DownsampleView.as_view()),
     path("v1/ingest/", ingest.IngestJobList.as_view()),
@@ -42,5 +61,11 @@ urlpatterns = [
     path("v1/ingest/<int:job_id>/complete/", ingest.IngestJobComplete.as_view()),
     path("v1/ingest/<int:job_id>/retry/", ingest.IngestJobRetry.as_view()),
     path("v1/blaze/merge/<slug:request_id>/", blaze.BlazeMergeRequestView.as_view()),
+    *[path(f"precomputed/<name:collection>/<name:experiment>/<name:channel>/{tail}", view.as_view())
+      for tail, view in precomputed.ROUTES],
+    path("precomputed/<path:rest>", precomputed.NoSuchFile.as_view()),
     path("admin/", admin.site.urls),
+    path("", include("ndstore.api.views.landing")),  # `/` and `/neuroglancer/`
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]
