@@ -103,8 +103,10 @@ class Volume:
         out = np.empty(box.shape_zyx, self.dtype)
 
         def fetch(piece: Box) -> int:
-            r = self._request("GET", piece, headers={"Accept": BLOSC})
-            out[piece.slices_zyx(box.lo)] = wire.format_for(BLOSC).decode(r.content, piece.shape_zyx, self.dtype)
+            # stream + raw.read(): requests' .content costs 10-35 ms of CPU per 16 MiB body
+            with self._request("GET", piece, headers={"Accept": BLOSC}, stream=True) as r:
+                body = r.raw.read(decode_content=True)
+            out[piece.slices_zyx(box.lo)] = wire.format_for(BLOSC).decode(body, piece.shape_zyx, self.dtype)
             return piece.nvoxels * self.dtype.itemsize
 
         self._each(self.pieces(box), fetch, "read")

@@ -60,9 +60,9 @@ class SliceImageView(APIView):
         window = request.query_params.get("window")
         quality = _quality(request.query_params.get("quality", "85"))
         data = services().tier("cache", "cache").read(cutout)[0]
-        image = slices.displayable(slices.plane_of(data, self.orientation), chan.type == "annotation",
-                                   slices.Window.parse(window) if window else None, file_format)
-        body = slices.encode_image(image, file_format, quality)
+        pixels = slices.displayable(slices.plane_of(data, self.orientation), chan.type == "annotation",
+                                    slices.Window.parse(window) if window else None, file_format)
+        body = slices.encode_image(pixels, file_format, quality)
         etag = f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"'
         headers = {"ETag": etag, "Vary": "Accept, Authorization",
                    "Cache-Control": f"{'public' if coll.public else 'private'}, max-age={MAX_AGE_S}"}
