@@ -69,6 +69,8 @@ def test_only_admins_start_or_cancel_and_cancel_needs_a_build(admin: APIClient, 
                    content_type="application/octet-stream")
     assert r.status_code == 201
     assert admin.post(URL).json()["status"] == "IN_PROGRESS"  # no runner polls in this test
+    r = admin.delete("/v1/collection/ds/experiment/e1/channel/img8/")
+    assert r.status_code == 409 and "being downsampled" in r.json()["message"]
     assert admin.delete(URL).status_code == 204
     body = admin.get(URL).json()
     assert body["status"] == "NOT_DOWNSAMPLED" and body["job"]["state"] == "CANCELLED"

@@ -90,6 +90,16 @@ def test_cancelling_a_job_removes_its_queues_and_tiles(admin: APIClient, dataset
     assert r.status_code == 409 and "cancelled already" in r.json()["message"]
 
 
+def test_a_channel_with_a_job_in_progress_cannot_be_deleted(admin: APIClient, dataset: Dataset) -> None:
+    job = admin.post("/v1/ingest/", JOB, format="json").json()
+    channel = "/v1/collection/c1/experiment/e1/channel/img8/"
+    r = admin.delete(channel)
+    assert r.status_code == 409 and f"ingest jobs in progress ({job['id']})" in r.json()["message"]
+    assert admin.get(channel).status_code == 200
+    assert admin.delete(f"/v1/ingest/{job['id']}/").status_code == 204
+    assert admin.delete(channel).status_code == 204
+
+
 def test_the_tile_handler_takes_a_direct_s3_trigger_event(admin: APIClient, dataset: Dataset) -> None:
     import numpy as np
 

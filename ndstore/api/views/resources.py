@@ -168,6 +168,15 @@ class ChannelView(ResourceView):
         sourcing = [c.name for c in obj.experiment.channels.exclude(pk=obj.pk) if obj.name in c.sources]
         if sourcing:
             raise Conflict(f"{obj.name} is the source of {', '.join(sourcing)}; delete those first")
+        # A running job would keep writing into the purged channel, and its queues and tiles
+        # would outlive it with no row left to cancel them by.
+        ingests = [str(j.id) for j in obj.ingest_jobs.filter(state="uploading")]
+        if ingests:
+            raise Conflict(f"{obj.name} has ingest jobs in progress ({', '.join(ingests)}); cancel them first "
+                           "(DELETE /v1/ingest/{id}/) or complete them")
+        if obj.downsample_jobs.filter(state="IN_PROGRESS").exists():
+            raise Conflict(f"{obj.name} is being downsampled; cancel the build first "
+                           "(DELETE /v1/downsample/{collection}/{experiment}/{channel}/)")
         services().purge_channel(lookups.channel_volume(obj))
 
 
