@@ -24,6 +24,7 @@ bench: system-deps venv
 	$(PY) -m benchmarks.bench_ingest
 	$(PY) -m benchmarks.bench_downsample
 	$(PY) -m benchmarks.bench_viewer
+	$(PY) -m benchmarks.summary
 
 bench-quick: system-deps venv
 	$(PY) -m benchmarks.bench_direct --quick
@@ -32,6 +33,7 @@ bench-quick: system-deps venv
 	$(PY) -m benchmarks.bench_ingest --quick
 	$(PY) -m benchmarks.bench_downsample --quick
 	$(PY) -m benchmarks.bench_viewer --quick
+	$(PY) -m benchmarks.summary
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -25,6 +25,7 @@ from benchmarks.common import (
     fmt,
     hardware,
     local_stack,
+    loopback_http,
     read_body,
     summary,
     write_results,
@@ -97,6 +98,37 @@ def hot_latency(stack: Stack, prefix: str, n: int) -> dict[str, float]:
     return {"p50_ms": statistics.median(times), "p99_ms": times[int(0.99 * (len(times) - 1))], "n": n}
 
 
+SMALL = (64, 64, 8)  # x, y, z: an annotation tool's stroke
+
+
+def small_writes(stack: Stack, prefix: str, threads: int, rounds: int, per_thread: int) -> dict[str, Any]:
+    """Writes/s of 64x64x8 uint8 boxes at random positions through the cache tier (each thread its
+    own sequence of positions inside the dataset), beside bare loopback POSTs of the same body."""
+    import random
+
+    sessions = [stack.session() for _ in range(threads)]
+    body = blosc.compress(np.random.default_rng(5).integers(0, 255, SMALL[::-1], np.uint8), typesize=1,
+                          cname="lz4", clevel=5)
+    x_max, y_max, z_max = SC[0] * threads - SMALL[0], SC[1] - SMALL[1], SC[2] - SMALL[2]
+
+    def write(i: int) -> int:
+        rng = random.Random(i)
+        for _ in range(per_thread):
+            x, y, z = rng.randrange(x_max), rng.randrange(y_max), rng.randrange(z_max)
+            url = f"{stack.url}/v1/cutout/{prefix}/{x}:{x + SMALL[0]}/{y}:{y + SMALL[1]}/{z}:{z + SMALL[2]}/"
+            sessions[i].post(url, data=body, headers={"Content-Type": "application/blosc"}).raise_for_status()
+        return per_thread
+
+    with loopback_http(body) as bare:
+        def bare_post(i: int) -> int:
+            for _ in range(per_thread):
+                sessions[i].post(bare, data=body).raise_for_status()
+            return per_thread
+        loop = [concurrent_rate(bare_post, threads) * 1e6 for _ in range(rounds)]
+    return {"writes_per_s": summary([concurrent_rate(write, threads) * 1e6 for _ in range(rounds)]),
+            "loopback_posts_per_s": summary(loop)}
+
+
 HEADER = ["what", "client threads", "MB/s median (min–max)", "ratio to ceiling"]
 
 
@@ -121,6 +153,10 @@ def table(record: dict[str, Any]) -> list[list[str]]:
                  f"{fmt(redis_c['hmget'])} / {fmt(redis_c['hset'])}", ""])
     rows.append(["ceiling: blosc lz4 compress / decompress", "1", f"{fmt(b['compress'])} / {fmt(b['decompress'])}", ""])
     rows.append(["hot 512x512x16 cutout latency", "1", f"p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms", ""])
+    for threads, r in record.get("small_writes", {}).items():
+        rows.append(["small random 64x64x8 writes, writes/s (goal ≥ 400)", str(threads), fmt(r["writes_per_s"]),
+                     f"{r['writes_per_s']['median'] / r['loopback_posts_per_s']['median']:.2f} of loopback POSTs/s "
+                     f"({r['loopback_posts_per_s']['median']:.0f})"])
     return rows
 
 
@@ -143,6 +179,8 @@ def main() -> None:
             print(f"x{threads}: hot {fmt(r['hot_read'])}, cold {fmt(r['cold_read'])}, write {fmt(r['write'])}",
                   flush=True)
         record["latency"] = hot_latency(stack, prefix, 50 if args.quick else 200)
+        record["small_writes"] = {t: small_writes(stack, prefix, t, rounds, 100 if args.quick else 300)
+                                  for t in thread_counts[:3]}
     print(write_results("cache_tier", record, table(record), HEADER))
 
 

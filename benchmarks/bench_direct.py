@@ -49,6 +49,7 @@ from benchmarks.common import (
     summary,
     write_results,
 )
+from benchmarks.peers import hsds_rates, tensorstore_rates
 from ndstore.core.chunks import encode_supercuboid
 from ndstore.core.geometry import grid_for_level
 from ndstore.core.synthetic import em_like
@@ -280,11 +281,38 @@ each round measuring the service and the store back to back. The goal (DESIGN.md
 A file-store GET is a page-cache read, so there the practical ceiling is loopback HTTP; the JSON
 also holds each figure's ratio to the loopback GET/POST of the same thread count. The blosc row is
 python-blosc with its default 2 threads on a cache-warm buffer; the service encodes responses
-with python-blosc and the client here decodes them with it (client_decode)."""
+with python-blosc and the client here decodes them with it (client_decode).
+Peers (benchmarks/peers.py) write and read the same volumes, each client thread its own region:
+TensorStore through its S3 driver to the same moto endpoint (compared with NDStore's moto base
+tier); HSDS with POSIX storage in a temporary directory, 2 data nodes on Unix sockets, through
+h5pyd (compared with NDStore's file base tier). HSDS acknowledges a write once its data nodes
+hold it in memory and writes it to storage later, so its write rate after the first round is a
+memory rate; NDStore's direct write returns after the object is stored and fsynced."""
+
+
+PEER_HEADER = ["peer (its storage; NDStore's base tier compared)", "client threads", "peer write", "peer read",
+               "NDStore direct write / peer", "NDStore direct read / peer"]
+PEERS = {"tensorstore": ("TensorStore, zarr, one 16 MiB chunk per region, blosc lz4 (moto S3; moto)", "moto"),
+         "hsds": ("HSDS 1.0.2 via h5pyd, 4 MiB chunks, uncompressed (POSIX; file)", "file")}
+
+
+def peer_table(record: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for peer, by_threads in record.get("peers", {}).items():
+        what, backend = PEERS[peer]
+        for threads, r in by_threads.items():
+            per = record["backends"].get(backend, {})
+            ours = per.get(threads) or per.get(str(threads))  # int keys in memory, str keys from JSON
+            ratios = [f"{ours[k]['median'] / r[k]['median']:.2f}" if ours else "" for k in ("write", "read")]
+            rows.append([what, str(threads), fmt(r["write"]), fmt(r["read"]), *ratios])
+    return rows
 
 
 def report(record: dict[str, Any]) -> str:
+    peers = ["## Peers on the same data", markdown_table(PEER_HEADER, peer_table(record))] \
+        if record.get("peers") else []
     extra = "\n\n".join([
+        *peers,
         "## Ceilings", markdown_table(CEILING_HEADER, ceiling_table(record)),
         "## CPU per 16 MiB region (ms; service = gunicorn, Redis and the daemons; store = moto's process)",
         markdown_table(CPU_HEADER, cpu_table(record)),
@@ -317,9 +345,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and thread counts (< 3 minutes)")
     parser.add_argument("--backends", default="file,moto", help="comma-separated: file, moto")
+    parser.add_argument("--no-hsds", action="store_true", help="skip the HSDS peer (it installs into .bench-venvs/)")
     args = parser.parse_args()
     settings = QUICK if args.quick else FULL
     volumes, bodies, objects = workload(max(settings.thread_counts))
+    peer_threads = settings.thread_counts[-1:] if args.quick else settings.thread_counts
     record: dict[str, Any] = {
         "hardware": hardware(), "quick": args.quick, "rounds": settings.rounds, "reps": settings.reps,
         "region_bytes": REGION_BYTES, "object_ratio": len(objects[0]) / REGION_BYTES,
@@ -330,6 +360,12 @@ def main() -> None:
         for name in args.backends.split(","):
             with open_backend(name.strip(), Path(tmp)) as backend:
                 record["backends"][backend.name] = measure_backend(backend, bodies, objects, settings)
+                if backend.name == "moto":  # a peer on the same data and the same S3 endpoint
+                    record["peers"] = {"tensorstore": tensorstore_rates(
+                        backend.env["NDSTORE_S3_ENDPOINT_URL"], volumes, peer_threads, settings.rounds,
+                        settings.reps)}
+    if not args.no_hsds:
+        record.setdefault("peers", {})["hsds"] = hsds_rates(volumes, peer_threads, settings.rounds, settings.reps)
     add_loopback_ratios(record)
     print(report(record))
 

@@ -1,6 +1,7 @@
 """Viewers and clients through the HTTP service: the latency of a 512x512 xy PNG tile from a hot
 cache (p50, p99; goal <= 10 ms and <= 30 ms), beside the same plane as raw bytes (the read path
-without the image) and a bare loopback round trip of a body that size; and the Python client's
+without the image) and a bare loopback round trip of a body that size; a 64³ cutout at a random
+position from the hot cache; and the Python client's
 (`ndstore.client.Volume`) throughput reading 1 GiB with 8 parallel requests, beside loopback HTTP
 with 8 threads.
 
@@ -71,11 +72,17 @@ def tile_latency(url: str, frame: tuple[int, int, int], n: int, rounds: int) -> 
            for _ in range(rounds)]
     with loopback_http(bytes(TILE * TILE)) as bare:
         loop = [latencies(lambda: read_body(s, bare), n) for _ in range(rounds)]
+    def cube() -> None:
+        x, y, z = rng.randrange(frame[0] - 64), rng.randrange(frame[1] - 64), rng.randrange(frame[2] - 64 + 1)
+        read_body(s, f"{url}/v1/cutout/bench/e/c/0/{x}:{x + 64}/{y}:{y + 64}/{z}:{z + 64}/",
+                  {"Accept": "application/octet-stream"})
+
+    cubes = [latencies(cube, n) for _ in range(rounds)]
     plane = em_like((1, TILE, TILE), seed=9)[0]
     encode = [latencies(lambda: encode_image(plane, "png"), n) for _ in range(rounds)]
     return {kind: {q: summary([r[q] for r in runs]) for q in ("p50_ms", "p99_ms")}
             for kind, runs in (("png_tile", png), ("raw_plane", raw), ("loopback_256k", loop),
-                               ("png_encode", encode))}
+                               ("png_encode", encode), ("cutout_64", cubes))}
 
 
 def client_throughput(url: str, frame: tuple[int, int, int], rounds: int, parallel: int) -> dict[str, Any]:
@@ -112,6 +119,8 @@ def table(record: dict[str, Any]) -> list[list[str]]:
         ["ceiling: loopback GET of 256 KiB, p50 / p99 ms", f"{fmt(loop['p50_ms'], 2)} / {fmt(loop['p99_ms'], 2)}", "",
          f"PNG tile = {png['p50_ms']['median'] / loop['p50_ms']['median']:.1f}x loopback"],
         ["PNG encode of the plane alone, p50 ms", fmt(enc["p50_ms"], 1), "", ""],
+        ["64³ cutout at a random position (raw), hot cache, p50 / p99 ms",
+         f"{fmt(lat['cutout_64']['p50_ms'], 1)} / {fmt(lat['cutout_64']['p99_ms'], 1)}", "", ""],
         [f"Volume read of {thr['bytes'] >> 20} MiB, {thr['parallel']} parallel, MB/s", fmt(thr["read"]),
          f"loopback GET 16 MiB x{thr['parallel']}: {loop_get:.0f}", f"{thr['read']['median'] / loop_get:.2f}"],
         ["Volume write of the same (once), MB/s", f"{thr['write_MBps']:.0f}", "", ""],

@@ -1,0 +1,262 @@
+"""Every DESIGN.md §8 figure in one table, from the latest results/*.json of each benchmark, with
+its goal, its ratio to the ceiling measured in the same run, and the paper-style plots.
+
+    python -m benchmarks.summary        (make bench and make bench-quick run it last)
+
+Writes results/summary.md, results/summary.json and results/fig{7,8,9,10}.png. A figure whose
+benchmark has not run says so; nothing is filled in from elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import RESULTS, fmt
+
+Record = dict[str, Any]
+SOURCES = ("direct_io", "cache_tier", "blaze", "ingest", "downsample", "viewer")
+
+
+def load() -> dict[str, Record]:
+    found = {}
+    for name in SOURCES:
+        path = RESULTS / f"{name}.json"
+        if path.exists():
+            found[name] = json.loads(path.read_text())
+    return found
+
+
+def _run(rec: Record) -> str:
+    hw = rec["hardware"]
+    return f"{hw.get('date', '?')[:10]}{' quick' if rec.get('quick') else ''}"
+
+
+def rows(results: dict[str, Record]) -> list[list[str]]:
+    out: list[list[str]] = []
+
+    def row(figure: str, goal: str, source: str, build: Callable[[Record], tuple[str, str, str]]) -> None:
+        rec = results.get(source)
+        if rec is None:
+            out.append([figure, goal, "not run", "", "", f"`{source}`"])
+            return
+        try:
+            measured, ceiling, verdict = build(rec)
+        except (KeyError, IndexError, ZeroDivisionError) as exc:
+            measured, ceiling, verdict = f"not in this run ({exc})", "", ""
+        out.append([figure, goal, measured, ceiling, verdict, f"`{source}` {_run(rec)}"])
+
+    def cache(kind: str, threads: str, ceiling: str, goal: float) -> Callable[[Record], tuple[str, str, str]]:
+        def build(r: Record) -> tuple[str, str, str]:
+            value = r["cache"][threads][kind]
+            if ceiling == "loopback":
+                c, what = r["loopback"][threads]["get"]["median"], "loopback GET"
+            else:
+                c, what = r["redis"]["hset"]["median"], "Redis HSET"
+            return fmt(value), f"{value['median'] / c:.2f} of {what} ({c:.0f})", _verdict(value["median"], goal)
+        return build
+
+    row("hot-cache read, 2 client threads, MB/s", "≥ 650", "cache_tier", cache("hot_read", "2", "loopback", 650))
+    row("cold-cache read, 2 client threads, MB/s", "≥ 400", "cache_tier", cache("cold_read", "2", "loopback", 400))
+    row("cache write, 2 client threads, MB/s", "≥ 600", "cache_tier", cache("write", "2", "redis", 600))
+
+    def direct(kind: str) -> Callable[[Record], tuple[str, str, str]]:
+        def build(r: Record) -> tuple[str, str, str]:
+            best = max(r["backends"]["moto"].values(), key=lambda v: v[f"{kind}_ratio"]["median"])
+            ratio = best[f"{kind}_ratio"]
+            store = best["put" if kind == "write" else "get"]
+            return (fmt(best[kind]), f"{fmt(ratio, 2)} of the store's own {'PUT' if kind == 'write' else 'GET'} "
+                    f"({store['median']:.0f})", "met" if ratio["median"] >= 0.8 else
+                    f"short: {ratio['median'] / 0.8:.2f} of goal")
+        return build
+
+    row("direct write to the base tier (moto S3), MB/s", "≥ 0.8 of store PUT", "direct_io", direct("write"))
+    row("direct read from the base tier (moto S3), MB/s", "≥ 0.8 of store GET", "direct_io", direct("read"))
+
+    def blaze(r: Record) -> tuple[str, str, str]:
+        mode = r["modes"]["AOF everysec (default)"]
+        best_size, best = max(((s, max(v.values(), key=lambda x: x["median"])) for s, v in mode["blaze"].items()),
+                              key=lambda p: p[1]["median"])
+        cache_write = max(v["median"] for v in mode["cache_write"].values())
+        factor = best["median"] / cache_write
+        return (f"{fmt(best)} ({best_size} blobs)", f"{best['median'] / mode['redis_set'][best_size]['median']:.2f} "
+                f"of Redis SET; {factor:.1f}x the cache write", _verdict(factor, 5.0))
+
+    row("NDBlaze burst write acceptance (AOF), MB/s", "≥ 5x cache write", "blaze", blaze)
+
+    def tile(q: str, goal: float) -> Callable[[Record], tuple[str, str, str]]:
+        def build(r: Record) -> tuple[str, str, str]:
+            lat = r["latency"]
+            value = lat["png_tile"][q]
+            loop = lat["loopback_256k"][q]["median"]
+            return (fmt(value, 1) + " ms", f"{value['median'] / loop:.1f}x loopback 256 KiB ({loop:.2f} ms); "
+                    f"raw plane {lat['raw_plane'][q]['median']:.1f} ms",
+                    "met" if value["median"] <= goal else f"short: {value['median'] / goal:.2f}x goal")
+        return build
+
+    row("512×512 xy PNG tile, hot cache, p50", "≤ 10 ms", "viewer", tile("p50_ms", 10))
+    row("512×512 xy PNG tile, hot cache, p99", "≤ 30 ms", "viewer", tile("p99_ms", 30))
+
+    def ingest(r: Record) -> tuple[str, str, str]:
+        s = r["supercuboids"]
+        value = s["build_1"]
+        return (fmt(value) + " per worker", f"{value['median'] / s['png_decode']['median']:.2f} of PNG decode "
+                f"({s['png_decode']['median']:.0f}); {value['median'] / s['tile_get']['median']:.2f} of tile GET",
+                "reported")
+
+    row("ingest supercuboid generation, MB/s per core", "reported with ratio", "ingest", ingest)
+
+    def downsample(r: Record) -> tuple[str, str, str]:
+        parts = []
+        for data, kernel in r["kernel"].items():
+            sqs = r["engines"][data]["sqs"]
+            parts.append(f"{data}: SQS {sqs['median']:.0f} = {sqs['median'] / kernel['median']:.2f} of kernel")
+        return "; ".join(parts), "numpy reduce kernel, 1 core", "reported"
+
+    row("downsampling, MB/s per core", "reported with ratio", "downsample", downsample)
+
+    def client(r: Record) -> tuple[str, str, str]:
+        c = r["client"]
+        loop = r["loopback"]["get"]["median"]
+        return (fmt(c["read"]), f"{c['read']['median'] / loop:.2f} of loopback GET x{c['parallel']} ({loop:.0f})",
+                "reported")
+
+    row("Volume client, 1 GiB read, 8 parallel, MB/s", "reported", "viewer", client)
+
+    def tensorstore(r: Record) -> tuple[str, str, str]:
+        threads, peer = max(r["peers"]["tensorstore"].items(), key=lambda p: int(p[0]))
+        ours = r["backends"]["moto"][threads]
+        return (f"TensorStore read {fmt(peer['read'])}, write {fmt(peer['write'])} ({threads} threads)",
+                f"NDStore direct / TensorStore: read {ours['read']['median'] / peer['read']['median']:.2f}, "
+                f"write {ours['write']['median'] / peer['write']['median']:.2f}", "reported")
+
+    row("TensorStore (zarr) on the same data and S3 endpoint, MB/s", "reported as ratio", "direct_io", tensorstore)
+
+    def hsds(r: Record) -> tuple[str, str, str]:
+        threads, peer = max(r["peers"]["hsds"].items(), key=lambda p: int(p[0]))
+        ours = r["backends"]["file"][threads]
+        factor = ours["read"]["median"] / peer["read"]["median"]
+        return (f"HSDS read {fmt(peer['read'])}, write {fmt(peer['write'])} ({threads} threads)",
+                f"NDStore direct (file) / HSDS (POSIX): read {factor:.2f}, "
+                f"write {ours['write']['median'] / peer['write']['median']:.2f}", _verdict(factor, 3.0))
+
+    row("HSDS (h5pyd) on the same data, MB/s", "≥ 3x HSDS on cutouts", "direct_io", hsds)
+
+    def small(r: Record) -> tuple[str, str, str]:
+        threads, best = max(r["small_writes"].items(), key=lambda p: p[1]["writes_per_s"]["median"])
+        value, loop = best["writes_per_s"], best["loopback_posts_per_s"]["median"]
+        return (f"{fmt(value)} ({threads} threads)", f"{value['median'] / loop:.2f} of loopback POSTs/s ({loop:.0f})",
+                _verdict(value["median"], 400))
+
+    row("small random 64×64×8 writes through the cache tier, writes/s", "≥ 400", "cache_tier", small)
+
+    def cube(r: Record) -> tuple[str, str, str]:
+        c = r["latency"]["cutout_64"]
+        return f"p50 {fmt(c['p50_ms'], 1)} / p99 {fmt(c['p99_ms'], 1)} ms", "", "reported"
+
+    row("64³ cutout, hot cache, latency", "reported", "viewer", cube)
+    return out
+
+
+def _verdict(value: float, goal: float) -> str:
+    return "met" if value >= goal else f"short: {value / goal:.2f} of goal"
+
+
+HEADER = ["figure (DESIGN §8)", "goal", "measured: median (min–max)", "ratio to the same run's ceiling", "verdict",
+          "source, run"]
+
+
+def plots(results: dict[str, Record], out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made: list[str] = []
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        made.append(name)
+
+    def series(ax: Any, xs: list[Any], summaries: list[Record], label: str) -> None:
+        med = [s["median"] for s in summaries]
+        err = [[m - s["min"] for m, s in zip(med, summaries)], [s["max"] - m for m, s in zip(med, summaries)]]
+        ax.errorbar(xs, med, yerr=err, marker="o", capsize=3, label=label)
+
+    cache, direct = results.get("cache_tier"), results.get("direct_io")
+    if cache or direct:
+        for kinds, name, title in ((("hot_read", "cold_read"), "fig7.png", "Read (Fig. 7)"),
+                                   (("write",), "fig8.png", "Write (Fig. 8)")):
+            fig, ax = plt.subplots(figsize=(5.5, 3.8))
+            if cache:
+                threads = sorted(cache["cache"], key=int)
+                for kind in kinds:
+                    series(ax, [int(t) for t in threads], [cache["cache"][t][kind] for t in threads],
+                           kind.replace("_", " ").replace("write", "cache write"))
+            if direct:
+                for backend, per in direct["backends"].items():
+                    threads = sorted(per, key=int)
+                    kind = "read" if "hot_read" in kinds else "write"
+                    series(ax, [int(t) for t in threads], [per[t][kind] for t in threads], f"direct {kind} ({backend})")
+            ax.set(xscale="log", xlabel="client threads", ylabel="MB/s", title=title)
+            ax.set_xticks([1, 2, 4, 8, 16], labels=["1", "2", "4", "8", "16"])
+            ax.legend(fontsize=8)
+            save(fig, name)
+    blaze = results.get("blaze")
+    if blaze:
+        fig, ax = plt.subplots(figsize=(5.5, 3.8))
+        for mode, per in blaze["modes"].items():
+            sizes = list(per["blaze"])
+            best = [max(per["blaze"][s].values(), key=lambda v: v["median"]) for s in sizes]
+            series(ax, sizes, best, f"NDBlaze, {mode}")
+            ax.axhline(max(v["median"] for v in per["cache_write"].values()), ls=":", lw=1,
+                       label=f"cache write, {mode}")
+        ax.set(xlabel="blob size", ylabel="MB/s accepted", title="NDBlaze burst writes (Fig. 9)")
+        ax.legend(fontsize=7)
+        save(fig, "fig9.png")
+    ingest, down = results.get("ingest"), results.get("downsample")
+    if ingest or down:
+        fig, ax = plt.subplots(figsize=(5.5, 3.8))
+        bars: list[tuple[str, Record]] = []
+        if ingest:
+            s = ingest["supercuboids"]
+            bars += [("ingest, 1 worker", s["build_1"]), ("ingest, 2 workers (each)", s["build_2"]),
+                     ("PNG decode ceiling", s["png_decode"])]
+        if down:
+            for data, kernel in down["kernel"].items():
+                bars += [(f"downsample SQS\n{data}", down["engines"][data]["sqs"]), (f"reduce kernel\n{data}", kernel)]
+        med = [b["median"] for _, b in bars]
+        ax.bar(range(len(bars)), med, yerr=[[m - b["min"] for m, (_, b) in zip(med, bars)],
+                                            [b["max"] - m for m, (_, b) in zip(med, bars)]], capsize=3)
+        ax.set_xticks(range(len(bars)), labels=[n for n, _ in bars], rotation=30, ha="right", fontsize=7)
+        ax.set(ylabel="MB/s per worker / core", title="Ingest and downsampling (Fig. 10, local scale)")
+        save(fig, "fig10.png")
+    return made
+
+
+def main() -> None:
+    results = load()
+    table = rows(results)
+    md = ["# Summary: the DESIGN.md §8 figures", "",
+          "From the latest run of each benchmark (`make bench`; `make bench-quick` marks its runs quick). "
+          "Each ratio is to a ceiling measured in the same run on the same machine.", "",
+          "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    md += ["| " + " | ".join(r) + " |" for r in table]
+    hardware = {name: rec["hardware"] for name, rec in results.items()}
+    made = plots(results, RESULTS)
+    md += ["", *[f"![{name}]({name})" for name in made]]
+    md += ["", "Hardware of each run:", ""]
+    md += [f"- `{name}`: {hw['cores']} cores, {hw['memory_mib']} MiB, {hw['cpu']}, Python {hw['python']}, "
+           f"{hw.get('date', '?')}" for name, hw in hardware.items()]
+    (RESULTS / "summary.md").write_text("\n".join(md) + "\n")
+    (RESULTS / "summary.json").write_text(json.dumps({"header": HEADER, "rows": table, "hardware": hardware},
+                                                     indent=1) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
