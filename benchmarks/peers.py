@@ -82,8 +82,10 @@ z, y, x = volumes[0].shape
 with h5pyd.File("/home/admin/bench.h5", "w", **kw) as f:
     f.create_dataset("v", (z, y, x * len(volumes)), dtype="u1", chunks=(z, y // 2, x // 2))
 
+# One handle per thread for the whole run: HSDS answers a burst of opens with 503s
+files = [h5pyd.File("/home/admin/bench.h5", "a", **kw) for _ in range(max(thread_counts))]
+
 def rate(fn, threads):
-    files = [h5pyd.File("/home/admin/bench.h5", "a", **kw) for _ in range(threads)]
     barrier = threading.Barrier(threads + 1)
     def work(i):
         barrier.wait()
@@ -145,7 +147,9 @@ def hsds_rates(volumes: list[npt.NDArray[np.uint8]], thread_counts: list[int], r
             script = Path(tmp) / "client.py"
             script.write_text(_H5PYD_CLIENT)
             done = subprocess.run([str(python), str(script), endpoint, ",".join(paths), json.dumps(thread_counts),
-                                   str(rounds), str(reps)], capture_output=True, text=True, timeout=1800, check=True)
+                                   str(rounds), str(reps)], capture_output=True, text=True, timeout=1800)
+            if done.returncode != 0:
+                raise RuntimeError(f"the h5pyd client failed ({done.returncode}):\n{done.stderr[-3000:]}")
             raw = json.loads(done.stdout.strip().splitlines()[-1])
         finally:
             os.killpg(server.pid, signal.SIGTERM)
