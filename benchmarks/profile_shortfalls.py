@@ -1,0 +1,128 @@
+"""Where the time goes in the figures that fall short of DESIGN.md §8: py-spy samples every
+process of the stack (gunicorn's workers, Redis is C and shows as the time the workers wait on
+it) while one workload runs for a fixed time, and the hottest functions by own time and by
+inclusive time are written to results/profile_<workload>.md (+ the collapsed stacks, for a
+flame graph with any speedscope/flamegraph tool).
+
+    python -m benchmarks.profile_shortfalls [--seconds 20] [hot_read cache_write small_writes]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import blosc
+import numpy as np
+
+from benchmarks.bench_direct import SC
+from benchmarks.common import RESULTS, Stack, create_dataset, local_stack, read_body
+from ndstore.core.synthetic import em_like
+
+THREADS = 2
+
+
+def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
+    sessions = [stack.session() for _ in range(THREADS)]
+
+    def region(i: int) -> str:
+        x0 = i * SC[0]
+        return f"{stack.url}/v1/cutout/{prefix}/{x0}:{x0 + SC[0]}/0:{SC[1]}/0:{SC[2]}/"
+
+    def hot_read(i: int) -> None:
+        read_body(sessions[i], region(i), {"Accept": "application/blosc"})
+
+    def cache_write(i: int) -> None:
+        sessions[i].post(region(i), data=bodies[i], headers={"Content-Type": "application/blosc"}).raise_for_status()
+
+    small = blosc.compress(np.random.default_rng(5).integers(0, 255, (8, 64, 64), np.uint8), typesize=1)
+    rng = random.Random(1)
+
+    def small_writes(i: int) -> None:
+        x, y, z = rng.randrange(SC[0] * THREADS - 64), rng.randrange(SC[1] - 64), rng.randrange(SC[2] - 8)
+        sessions[i].post(f"{stack.url}/v1/cutout/{prefix}/{x}:{x + 64}/{y}:{y + 64}/{z}:{z + 8}/", data=small,
+                         headers={"Content-Type": "application/blosc"}).raise_for_status()
+
+    return {"hot_read": hot_read, "cache_write": cache_write, "small_writes": small_writes}
+
+
+def run_for(fn: Any, seconds: float) -> int:
+    stop = time.monotonic() + seconds
+    counts = [0] * THREADS
+
+    def worker(i: int) -> None:
+        while time.monotonic() < stop:
+            fn(i)
+            counts[i] += 1
+
+    pool = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return sum(counts)
+
+
+def top(collapsed: Path, n: int = 25) -> tuple[list[tuple[str, float]], list[tuple[str, float]], int]:
+    """Own and inclusive sample shares per function from py-spy's collapsed stacks."""
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        samples = int(count)
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1] + ")" if " (" in f else f
+                  for f in stack.split(";")[1:]]  # drop the process/thread name
+        if not frames:
+            continue
+        total += samples
+        own[frames[-1]] += samples
+        for frame in set(frames):
+            inclusive[frame] += samples
+    return ([(f, c / total) for f, c in own.most_common(n)], [(f, c / total) for f, c in inclusive.most_common(n)],
+            total)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("names", nargs="*", default=["hot_read", "cache_write", "small_writes"])
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    volumes = [em_like((SC[2], SC[1], SC[0]), seed=i) for i in range(THREADS)]
+    bodies = [blosc.compress(v, typesize=1, cname="lz4", clevel=5) for v in volumes]
+    with local_stack({"NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite"}, with_merger=False) as stack:
+        prefix = create_dataset(stack, (SC[0] * THREADS, SC[1], SC[2]))
+        work = workloads(stack, prefix, bodies)
+        run_for(work["cache_write"], 2)  # every region stored and hot
+        gunicorn = stack.pids[-1]
+        for name in args.names:
+            collapsed = RESULTS / f"profile_{name}.txt"
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(gunicorn),
+                                    "--subprocesses", "--format", "raw", "--rate", "200", "--nonblocking",
+                                    "--output", str(collapsed), "--duration", str(int(args.seconds))],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1)
+            done = run_for(work[name], args.seconds - 2)
+            spy.wait(60)
+            own, inclusive, total = top(collapsed)
+            lines = [f"# profile: {name}", "",
+                     f"{THREADS} client threads for {args.seconds - 2:.0f} s: {done} requests "
+                     f"({done / (args.seconds - 2):.1f}/s); py-spy at 200 Hz over gunicorn's workers, {total} "
+                     "samples (idle threads included: read shares relative to each other).", "",
+                     "| own time | function |", "|---|---|",
+                     *[f"| {share:.1%} | `{f}` |" for f, share in own],
+                     "", "| inclusive | function |", "|---|---|",
+                     *[f"| {share:.1%} | `{f}` |" for f, share in inclusive]]
+            (RESULTS / f"profile_{name}.md").write_text("\n".join(lines) + "\n")
+            print("\n".join(lines[:20]), flush=True)
+
+
+if __name__ == "__main__":
+    main()
