@@ -7,6 +7,7 @@ from typing import Any
 
 from django.http import Http404
 from rest_framework import exceptions
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -37,6 +38,18 @@ def _message(detail: Any) -> str:
     if isinstance(detail, list):
         return "; ".join(_message(v) for v in detail)
     return str(detail)
+
+
+class JSONErrors:
+    """For views that answer in binary formats (arrays, images): their errors are JSON whatever
+    format the client asked for."""
+
+    request: Any
+
+    def handle_exception(self, exc: Exception) -> Response:
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return super().handle_exception(exc)  # type: ignore[misc, no-any-return]
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ndstore.api import auth, lookups
+from ndstore.api.errors import JSONErrors
 from ndstore.api.media import ARRAY_PARSERS, ARRAY_RENDERERS, RAW_BODY_PARSERS, RawBody
 from ndstore.core.errors import InvalidBody, InvalidRequest
 from ndstore.core.geometry import Box
@@ -22,19 +22,13 @@ from ndstore.wiring import services
 ACCESS_MODES = ("cache", "no_cache", "raw")
 
 
-class CutoutView(APIView):
+class CutoutView(JSONErrors, APIView):
     tier = "cache"
     parser_classes = ARRAY_PARSERS
     renderer_classes = ARRAY_RENDERERS
 
     cutout: Cutout
     has_time: bool
-
-    def handle_exception(self, exc: Exception) -> Response:
-        # Errors are JSON whatever array format the client asked for.
-        self.request.accepted_renderer = JSONRenderer()
-        self.request.accepted_media_type = JSONRenderer.media_type
-        return super().handle_exception(exc)
 
     def max_body_bytes(self) -> int:
         return services().config.max_body_bytes

@@ -5,30 +5,30 @@ viewer's cache keep a tile for a short while (data can be rewritten at any time)
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
+from django.http import HttpResponse
 from rest_framework import renderers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ndstore.api import auth, lookups
+from ndstore.api.caching import cacheable
+from ndstore.api.errors import JSONErrors
 from ndstore.core import slices
 from ndstore.core.errors import InvalidRequest
 from ndstore.core.geometry import Box
 from ndstore.engine.volume import make_cutout
 from ndstore.wiring import services
 
-MAX_AGE_S = 30
-
 
 class _ImageRenderer(renderers.BaseRenderer):
+    """Picks the format from Accept or ?format=; the view encodes the image itself."""
+
     charset = None
 
     def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> Any:
-        if isinstance(data, bytes):
-            return data
-        return renderers.JSONRenderer().render(data)  # an error
+        return data
 
 
 class PNGRenderer(_ImageRenderer):
@@ -39,16 +39,11 @@ class JPEGRenderer(_ImageRenderer):
     media_type, format = "image/jpeg", "jpeg"
 
 
-class SliceImageView(APIView):
+class SliceImageView(JSONErrors, APIView):
     renderer_classes = [PNGRenderer, JPEGRenderer]
     orientation = "xy"
 
-    def handle_exception(self, exc: Exception) -> Response:
-        self.request.accepted_renderer = renderers.JSONRenderer()
-        self.request.accepted_media_type = renderers.JSONRenderer.media_type
-        return super().handle_exception(exc)
-
-    def get(self, request: Any, **kw: Any) -> Response:
+    def get(self, request: Any, **kw: Any) -> HttpResponse:
         coll, exp, chan = lookups.channel_path(kw["collection"], kw["experiment"], kw["channel"])
         auth.require(request.user, auth.READ, coll, exp, chan)
         ranges = {axis: kw[axis] if isinstance(kw[axis], tuple) else (kw[axis], kw[axis] + 1) for axis in "xyz"}
@@ -63,12 +58,7 @@ class SliceImageView(APIView):
         pixels = slices.displayable(slices.plane_of(data, self.orientation), chan.type == "annotation",
                                     slices.Window.parse(window) if window else None, file_format)
         body = slices.encode_image(pixels, file_format, quality)
-        etag = f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"'
-        headers = {"ETag": etag, "Vary": "Accept, Authorization",
-                   "Cache-Control": f"{'public' if coll.public else 'private'}, max-age={MAX_AGE_S}"}
-        if etag in request.headers.get("If-None-Match", ""):
-            return Response(status=304, headers=headers)
-        return Response(body, headers=headers)
+        return cacheable(request, body, request.accepted_renderer.media_type, coll.public, "Accept, Authorization")
 
 
 class XYImage(SliceImageView):

@@ -8,18 +8,17 @@ The path tails are here (ROUTES, with their converters); ndstore.api.urls mounts
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
 from django.http import HttpResponse
 from django.urls import register_converter
-from django.utils.cache import get_conditional_response
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ndstore.api import auth, lookups
+from ndstore.api.caching import cacheable
 from ndstore.api.models import Channel
 from ndstore.core import precomputed
 from ndstore.core.errors import NotFound
@@ -27,7 +26,6 @@ from ndstore.core.geometry import Box
 from ndstore.engine.volume import ChannelVolume, make_cutout
 from ndstore.wiring import services
 
-MAX_AGE_S = 30
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Expose-Headers": "ETag, Content-Length, Content-Type, Cache-Control",
@@ -101,15 +99,7 @@ def _channel(request: Any, kw: dict[str, Any]) -> tuple[Channel, ChannelVolume, 
 
 
 def _file(request: Any, chan: Channel, body: bytes, content_type: str) -> HttpResponse:
-    """A file with an ETag (its content hash) that answers a repeat with 304; viewers may keep it
-    for MAX_AGE_S (voxels can be rewritten at any time), shared caches only if it is public."""
-    etag = f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"'
-    response = HttpResponse(body, content_type=content_type)
-    response["ETag"] = etag
-    response["Vary"] = "Authorization"
-    response["Cache-Control"] = f"{'public' if chan.experiment.collection.public else 'private'}, max-age={MAX_AGE_S}"
-    conditional: HttpResponse = get_conditional_response(request._request, etag=etag, response=response)
-    return conditional
+    return cacheable(request, body, content_type, chan.experiment.collection.public, "Authorization")
 
 
 class InfoView(PrecomputedView):
