@@ -68,12 +68,16 @@ class Cutout:
         return len(self.times) * self.box.nvoxels * self.channel.dtype.itemsize
 
 
-def make_cutout(channel: ChannelVolume, resolution: int, box: Box, times: range, max_bytes: int) -> Cutout:
-    """Validate a request against the channel; every failure names what is wrong."""
+def check_level(channel: ChannelVolume, resolution: int) -> None:
     if not 0 <= resolution < channel.num_levels:
         raise InvalidRequest(
             f"resolution {resolution} does not exist: this channel has levels 0..{channel.num_levels - 1}"
         )
+
+
+def make_cutout(channel: ChannelVolume, resolution: int, box: Box, times: range, max_bytes: int) -> Cutout:
+    """Validate a request against the channel; every failure names what is wrong."""
+    check_level(channel, resolution)
     if len(times) == 0 or times.start < 0 or times.stop > channel.num_time_samples:
         raise InvalidRequest(
             f"time range {times.start}:{times.stop} is empty or outside 0:{channel.num_time_samples}"

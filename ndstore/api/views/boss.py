@@ -30,7 +30,7 @@ from ndstore.api.views.cutout import CutoutView
 from ndstore.core import morton
 from ndstore.core.errors import Conflict, InvalidRequest, NotFound
 from ndstore.core.geometry import Box
-from ndstore.engine.volume import ChannelVolume, Cutout
+from ndstore.engine.volume import ChannelVolume, Cutout, check_level
 from ndstore.wiring import services
 
 MAX_RESERVE = 1 << 32  # ids per reservation
@@ -123,9 +123,7 @@ class BoundingBoxView(APIView):
         if kind not in ("loose", "tight"):
             raise InvalidRequest(f"type must be loose or tight, not {kind!r}")
         volume = lookups.channel_volume(chan)
-        if not 0 <= resolution < volume.num_levels:
-            raise InvalidRequest(f"resolution {resolution} does not exist: this channel has levels "
-                                 f"0..{volume.num_levels - 1}")
+        check_level(volume, resolution)
         if label == 0:
             raise InvalidRequest("id 0 is the background, not an object")
         found = bounding_box(volume, resolution, label, kind == "loose")
