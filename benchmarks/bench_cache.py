@@ -9,7 +9,6 @@ HSET of a supercuboid's 64 cuboids, loopback HTTP, blosc).
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from typing import Any
 
@@ -24,6 +23,7 @@ from benchmarks.common import (
     create_dataset,
     fmt,
     hardware,
+    latencies,
     local_stack,
     loopback_http,
     read_body,
@@ -89,13 +89,7 @@ def hot_latency(stack: Stack, prefix: str, n: int) -> dict[str, float]:
     s = stack.session()
     url = f"{stack.url}/v1/cutout/{prefix}/0:512/0:512/0:16/"
     read_body(s, url, {"Accept": "application/blosc"})
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        blosc.decompress(read_body(s, url, {"Accept": "application/blosc"}))
-        times.append((time.perf_counter() - start) * 1000)
-    times.sort()
-    return {"p50_ms": statistics.median(times), "p99_ms": times[int(0.99 * (len(times) - 1))], "n": n}
+    return latencies(lambda: blosc.decompress(read_body(s, url, {"Accept": "application/blosc"})), n)
 
 
 SMALL = (64, 64, 8)  # x, y, z: an annotation tool's stroke

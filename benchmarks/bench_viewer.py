@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import io
 import random
-import statistics
 import time
 from typing import Any
 
@@ -26,6 +25,7 @@ from benchmarks.common import (
     create_dataset,
     fmt,
     hardware,
+    latencies,
     local_stack,
     loopback_http,
     loopback_rates,
@@ -38,16 +38,6 @@ from ndstore.core.slices import encode_image
 from ndstore.core.synthetic import em_like
 
 TILE = 512
-
-
-def latencies(fn: Any, n: int) -> dict[str, float]:
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    times.sort()
-    return {"p50_ms": statistics.median(times), "p99_ms": times[int(0.99 * (len(times) - 1))], "n": n}
 
 
 def tile_latency(url: str, frame: tuple[int, int, int], n: int, rounds: int) -> dict[str, Any]:

@@ -112,6 +112,17 @@ def concurrent_rate(fn: Callable[[int], int], threads: int, reps: int = 1) -> fl
     return sum(done) / elapsed / 1e6
 
 
+def latencies(fn: Callable[[], object], n: int) -> dict[str, float]:
+    """p50 and p99 in ms of ``n`` calls of fn, one after another."""
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    times.sort()
+    return {"p50_ms": statistics.median(times), "p99_ms": times[int(0.99 * (len(times) - 1))], "n": n}
+
+
 def timed_rate(fn: Callable[[], object], nbytes: int) -> float:
     start = time.perf_counter()
     fn()
