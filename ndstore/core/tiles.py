@@ -122,6 +122,10 @@ class TileLayout:
         xs, ys, zs = self._tile_ranges(sc)
         return [TileRef(sc.t, z, y, x) for z in zs for y in ys for x in xs]
 
+    def tile_count_of(self, sc: SupercuboidRef) -> int:
+        xs, ys, zs = self._tile_ranges(sc)
+        return len(xs) * len(ys) * len(zs)
+
     def ordinal(self, tile: TileRef) -> int:
         """The tile's number among its supercuboid's tiles (the order of `tiles_of`)."""
         xs, ys, zs = self._tile_ranges(self.supercuboid_of(tile))

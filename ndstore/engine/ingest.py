@@ -189,7 +189,7 @@ class Ingest:
         layout = job.layout
         sc = layout.supercuboid_of(tile)
         row = job.row(sc)
-        new = self.index.record_tile(job.name, row, layout.ordinal(tile), len(layout.tiles_of(sc)))
+        new = self.index.record_tile(job.name, row, layout.ordinal(tile), layout.tile_count_of(sc))
         if metadata.get(RECEIPT) and metadata.get(QUEUE):
             try:
                 self.queues.delete_message(metadata[QUEUE], metadata[RECEIPT])

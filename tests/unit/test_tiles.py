@@ -23,6 +23,7 @@ def test_every_tile_belongs_to_one_supercuboid_and_ordinals_number_them() -> Non
     for sc in lay.supercuboids():
         tiles = lay.tiles_of(sc)
         assert [lay.ordinal(t) for t in tiles] == list(range(len(tiles)))
+        assert lay.tile_count_of(sc) == len(tiles)
         assert all(lay.supercuboid_of(t) == sc for t in tiles)
         region = lay.region_of(sc)
         assert all(region.contains(lay.tile_box(t)) for t in tiles)
