@@ -70,9 +70,19 @@ def _box_of(cuboid: XYZ, at: XYZ) -> Box:
 
 
 def cuboids_touching(region: Box, cuboid: XYZ, counts: XYZ) -> list[tuple[int, Box, Box]]:
-    """(number, cuboid box, part of region in it) of every cuboid ``region`` touches."""
-    return [(n, box, part) for n, box in enumerate(cuboid_boxes(cuboid, counts))
-            if (part := region.intersect(box)) is not None]
+    """(number, cuboid box, part of region in it) of every cuboid ``region`` touches, in
+    number order; only the cuboids in the region's index range are visited."""
+    first = [max(region.lo[a] // cuboid[a], 0) for a in range(3)]
+    last = [min((region.hi[a] - 1) // cuboid[a], counts[a] - 1) for a in range(3)]
+    out = []
+    for k in range(first[2], last[2] + 1):
+        for j in range(first[1], last[1] + 1):
+            for i in range(first[0], last[0] + 1):
+                box = _box_of(cuboid, (i, j, k))
+                part = region.intersect(box)
+                if part is not None:
+                    out.append(((k * counts[1] + j) * counts[0] + i, box, part))
+    return out
 
 
 def encode_supercuboid(data: npt.NDArray[np.generic], cuboid: XYZ, counts: XYZ,

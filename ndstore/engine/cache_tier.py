@@ -14,6 +14,7 @@ See docs/design/cache-tier.md.
 from __future__ import annotations
 
 import os
+from functools import partial
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +37,7 @@ from ndstore.core.keys import SupercuboidKey
 from ndstore.engine.base_tier import BaseTier
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.storage.interfaces import CuboidCache, RWLocks
-from ndstore.storage.parallel import run_all
+from ndstore.storage.parallel import map_ordered, run_all
 
 Array = npt.NDArray[Any]
 META = -1  # cache field holding "dtype cuboid-shape counts", so the flusher needs no metadata DB
@@ -110,12 +111,7 @@ class CacheTier:
         if any(b is None for b in blobs):
             raise StorageError(f"cuboids of supercuboid {key.name} vanished from the cache; try again")
         decode_blobs_region(dict(zip(numbers, blobs)), grid.cuboid, grid.cuboids_per_super,  # type: ignore[arg-type]
-                            part.local_region(grid), out[ti][part.in_box(cutout.box)], self._codec.map)
-
-    def page_in(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid) -> None:
-        """Make ``keys`` resident; the caller holds their write locks."""
-        missing = [k for k, r in zip(keys, self.cache.resident([k.name for k in keys])) if not r]
-        self._fetch(missing, dtype, grid)
+                            part.local_region(grid), out[ti][part.in_box(cutout.box)], partial(map_ordered, self._codec))
 
     def _fetch(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid) -> dict[str, list[bytes]]:
         """Copy supercuboids from the base tier into the cache; return their cuboid blobs."""
@@ -143,18 +139,23 @@ class CacheTier:
             raise InvalidBody(f"data {data.shape} {data.dtype} does not fit the box {cutout.shape}")
         grid, jobs = self.base.plan(cutout)
         keys = list({key.name: key for key, _, _ in jobs}.values())
+        partly = {key.name: [n for n, cbox, sub in self._touching(part, grid) if sub != cbox] for key, _, part in jobs}
         with self.locks.write([k.name for k in keys]):
-            self.page_in(keys, cutout.channel.dtype, grid)
-            run_all(self._pool, lambda job: self._merge(job, grid, data[job[1]][job[2].in_box(cutout.box)]), jobs)
+            # whether each supercuboid is resident and its partly covered cuboids, in one round
+            # trip; one that is not resident is paged in whole first
+            old = self.cache.get_if_resident(partly)
+            paged = self._fetch([k for k in keys if old[k.name] is None], cutout.channel.dtype, grid)
+            for name, blobs in paged.items():
+                old[name] = [blobs[n] for n in partly[name]]
+            run_all(self._pool, lambda job: self._merge(job, grid, data[job[1]][job[2].in_box(cutout.box)],
+                                                        dict(zip(partly[job[0].name], old[job[0].name] or []))),
+                    jobs)
             if cutout.channel.write_through:
                 for key in keys:
                     self.flush_locked(key.name)
 
-    def _merge(self, job: Any, grid: Grid, src: Array) -> None:
+    def _merge(self, job: Any, grid: Grid, src: Array, old: dict[int, bytes | None]) -> None:
         key, _, part = job
-        touching = self._touching(part, grid)
-        partial = [n for n, cbox, sub in touching if sub != cbox]
-        old = dict(zip(partial, self.cache.get_many({key.name: partial})[key.name])) if partial else {}
         shape = (grid.cuboid[2], grid.cuboid[1], grid.cuboid[0])
         local = part.local_region(grid)
 
@@ -167,7 +168,7 @@ class CacheTier:
             cuboid[sub.slices_zyx(cbox.lo)] = piece
             return n, compress_cuboid(cuboid)
 
-        new = dict(self._codec.map(merged, touching))
+        new = dict(map_ordered(self._codec, merged, self._touching(part, grid)))
         self.cache.put(key.name, {META: _meta(src.dtype, grid), **new}, self.clock(), dirty=True)
 
     # -- write-back --------------------------------------------------------------------------

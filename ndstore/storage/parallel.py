@@ -12,7 +12,12 @@ V = TypeVar("V")
 
 def map_completed(pool: ThreadPoolExecutor, fn: Callable[[K], V], keys: Iterable[K]) -> Iterator[tuple[K, V]]:
     """Yield (key, fn(key)) in completion order. The first exception propagates after the
-    remaining calls are cancelled."""
+    remaining calls are cancelled. A single key runs in the calling thread: a hop to the pool
+    and back costs more than the small writes and reads that plan one job."""
+    keys = list(keys)
+    if len(keys) == 1:
+        yield keys[0], fn(keys[0])
+        return
     futures: dict[Future[V], K] = {pool.submit(fn, k): k for k in keys}
     try:
         for fut in as_completed(futures):
@@ -20,6 +25,12 @@ def map_completed(pool: ThreadPoolExecutor, fn: Callable[[K], V], keys: Iterable
     finally:
         for fut in futures:
             fut.cancel()
+
+
+def map_ordered(pool: ThreadPoolExecutor, fn: Callable[[K], V], keys: Iterable[K]) -> list[V]:
+    """``pool.map`` into a list, with a single key run in the calling thread."""
+    keys = list(keys)
+    return [fn(keys[0])] if len(keys) == 1 else list(pool.map(fn, keys))
 
 
 def run_all(pool: ThreadPoolExecutor, fn: Callable[[K], object], keys: Iterable[K]) -> None:

@@ -47,22 +47,31 @@ class RedisCuboidCache:
         replies = self._do(pipe.execute)
         return dict(zip(wanted, replies))
 
+    def get_if_resident(self, wanted: Mapping[str, Sequence[int]]) -> dict[str, list[bytes | None] | None]:
+        """The given cuboids of each supercuboid that is resident, None for one that is not; one
+        round trip for both questions (the write path's, under the supercuboids' write locks)."""
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.zmscore(INDEX, list(wanted))
+        asked = [name for name, numbers in wanted.items() if numbers]
+        for name in asked:
+            pipe.hmget(_hash(name), [str(n) for n in wanted[name]])
+        scores, *replies = self._do(pipe.execute)
+        blobs = dict(zip(asked, replies))
+        return {name: (blobs.get(name, []) if score is not None else None) for name, score in zip(wanted, scores)}
+
     def get_all(self, name: str, count: int) -> list[bytes | None]:
         return self.get_many({name: range(count)})[name]
 
     def put(self, name: str, blobs: Mapping[int, bytes], now: float, dirty: bool) -> None:
         """Store cuboid blobs and record the supercuboid resident (and dirty if asked)."""
         items = [(str(n), b) for n, b in blobs.items()]
-        for i in range(0, len(items), FIELDS_PER_COMMAND):
-            self._hset(name, dict(items[i:i + FIELDS_PER_COMMAND]))
         pipe = self._redis.pipeline(transaction=False)
+        for i in range(0, len(items), FIELDS_PER_COMMAND):
+            pipe.hset(_hash(name), mapping=dict(items[i:i + FIELDS_PER_COMMAND]))
         pipe.zadd(INDEX, {name: now})
         if dirty:
             pipe.zadd(DIRTY, {name: now}, nx=True)
         self._do(pipe.execute)
-
-    def _hset(self, name: str, fields: dict[Any, Any]) -> None:
-        self._do(lambda: self._redis.hset(_hash(name), mapping=fields))
 
     def touch(self, names: Sequence[str], now: float) -> None:
         if names:

@@ -59,3 +59,13 @@ def test_tampered_key_is_refused() -> None:
         SupercuboidKey.parse(key.replace("&99", "&98"))
     with pytest.raises(ValueError, match="not a supercuboid"):
         SupercuboidKey.parse("nonsense")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.tuples(*[st.integers(-8, 40)] * 3), st.tuples(*[st.integers(1, 40)] * 3))
+def test_cuboids_touching_visits_exactly_the_cuboids_a_region_overlaps(lo: tuple[int, int, int],
+                                                                      size: tuple[int, int, int]) -> None:
+    region = Box(lo, (lo[0] + size[0], lo[1] + size[1], lo[2] + size[2]))
+    every = [(n, box, part) for n, box in enumerate(chunks.cuboid_boxes(CUBOID, COUNTS))
+             if (part := region.intersect(box)) is not None]
+    assert chunks.cuboids_touching(region, CUBOID, COUNTS) == every
