@@ -4,7 +4,9 @@
   and Lambda over real HTTP, one per test session.
 - redis-server: its own free port and data directory, one per test session (and another for
   the NDBlaze buffer).
-- a SparkSession in local mode, one per test session, for the NDBlaze merge job.
+- a SparkSession in local mode, one per test session, for the NDBlaze merge job; and a Spark
+  standalone master and worker (their own JVMs, free ports), for the scale-out path.
+- three redis-server processes joined into a Redis Cluster, for the cache tier's scale-out path.
 The Django service is wired to both (NDSTORE_OBJECT_STORE=s3, NDSTORE_INDEX=dynamodb,
 NDSTORE_LOCKS=redis), so API tests exercise the real adapters end to end.
 """
@@ -13,7 +15,13 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -28,6 +36,8 @@ logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's server logs ev
 # Credentials for moto only; set before any boto3 client exists. Never reaches AWS.
 os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
 os.environ.pop("AWS_PROFILE", None)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -109,7 +119,6 @@ def service_env(
 def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Three redis-server processes on loopback joined into a Redis Cluster (no replicas)."""
     import shutil
-    import subprocess
     import time
 
     from ndstore.client.localstack import free_port
@@ -153,6 +162,97 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         for proc in procs:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+def _stop_group(proc: subprocess.Popen[bytes], grace_s: float = 15) -> None:
+    """SIGTERM a process started in a session of its own and everything it started (a Spark
+    worker's executors and their Python workers), then SIGKILL what is left."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # children that outlived their parent
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
+
+
+@dataclass(frozen=True)
+class SparkStandalone:
+    url: str  # spark://127.0.0.1:PORT, what drivers are given as their master
+    ui: str  # the master's web UI: /json/ lists its workers and applications
+
+    def state(self) -> dict[str, Any]:
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.ui}/json/", timeout=5) as r:
+            return json.load(r)  # type: ignore[no-any-return]
+
+    def apps_named(self, name: str) -> int:
+        """How many applications of that name the master has run or runs (drivers that really
+        used the cluster, not local mode)."""
+        state = self.state()
+        return sum(app["name"] == name for app in state["activeapps"] + state["completedapps"])
+
+
+@pytest.fixture(scope="session")
+def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandalone]:
+    """A Spark standalone master and one worker (2 cores, 1 GiB) on loopback, started with the
+    venv's pyspark (`bin/spark-class`) as a cluster runs them, once the worker has registered.
+    Executors run this interpreter and import this checkout."""
+    import shutil
+
+    import pyspark
+
+    from ndstore.client.localstack import free_port, wait_until
+
+    if shutil.which("java") is None:
+        pytest.skip("no JRE: Spark needs java")
+    home = Path(pyspark.__file__).resolve().parent
+    root = tmp_path_factory.mktemp("spark-standalone")
+    port, ui = free_port(), free_port()
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "512m",
+           "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false", "PYSPARK_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    cluster = SparkStandalone(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}")
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, *args: str) -> None:
+        with open(root / f"{name}.log", "wb") as log:
+            procs.append(subprocess.Popen([str(home / "bin" / "spark-class"), *args], env=env, cwd=root, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True))
+
+    def worker_registered() -> bool:
+        assert all(p.poll() is None for p in procs), "a Spark daemon exited"
+        return int(cluster.state()["aliveworkers"]) >= 1
+
+    try:
+        start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+              "--webui-port", str(ui))
+        start("worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2",
+              "--memory", "1g", "--webui-port", str(free_port()), "--work-dir", str(root / "work"), cluster.url)
+        try:
+            wait_until(worker_registered, "the Spark standalone master and worker", timeout=120)
+        except RuntimeError:
+            logs = "\n".join((root / f"{n}.log").read_text()[-3000:] for n in ("master", "worker"))
+            raise RuntimeError(f"the Spark standalone cluster did not start:\n{logs}") from None
+        yield cluster
+    finally:
+        for proc in reversed(procs):  # the worker (and its executors) first
+            _stop_group(proc)
+
+
+@pytest.fixture(scope="session")
+def spark_master_url(spark_standalone: SparkStandalone) -> str:
+    """`spark://127.0.0.1:PORT` of the session's Spark standalone master (one worker registered)."""
+    return spark_standalone.url
 
 
 @pytest.fixture

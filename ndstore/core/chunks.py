@@ -47,7 +47,7 @@ def compress_cuboid(cuboid: npt.NDArray[np.generic]) -> bytes:
     if not data.any():
         return b""
     return blosc2.compress(  # type: ignore[no-any-return]
-        data, typesize=data.dtype.itemsize, clevel=5, filter=blosc2.Filter.SHUFFLE, codec=blosc2.Codec.LZ4
+        data, typesize=data.dtype.itemsize, clevel=1, filter=blosc2.Filter.SHUFFLE, codec=blosc2.Codec.LZ4
     )
 
 

@@ -1,8 +1,10 @@
 """NDBlaze fixtures: a buffer on its own real redis-server (emptied per test) in front of a
-cache tier and file-store base tier (tests/engine/conftest.py)."""
+cache tier and file-store base tier (tests/engine/conftest.py); the same built by the wiring
+from NDSTORE_* settings, which Spark workers receive too (`wired`)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +14,8 @@ import redis
 from blaze.buffer import RedisBlazeBuffer
 from blaze.merge import Merger
 from blaze.tier import BlazeTier
+from ndstore import wiring
+from ndstore.config import Config
 from ndstore.engine.cache_tier import CacheTier
 from ndstore.engine.direct import CoherentDirect
 from ndstore.storage import redis_client
@@ -37,3 +41,19 @@ def blaze(tmp_path: Path, redis_url: str, blaze_redis_url: str) -> Blaze:
     redis.Redis.from_url(redis_url).flushdb()
     redis.Redis.from_url(blaze_redis_url).flushdb()
     return make_blaze(tmp_path, redis_url, blaze_redis_url)
+
+
+@pytest.fixture
+def wired(tmp_path: Path, redis_url: str, blaze_redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Blaze:
+    """Services built by the wiring from NDSTORE_* settings, which Spark workers receive too."""
+    redis.Redis.from_url(redis_url).flushdb()
+    redis.Redis.from_url(blaze_redis_url).flushdb()
+    settings = {"NDSTORE_DATA_DIR": str(tmp_path), "NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite",
+                "NDSTORE_LOCKS": "redis", "NDSTORE_REDIS_URL": redis_url, "NDSTORE_BLAZE_REDIS_URL": blaze_redis_url,
+                "NDSTORE_FSYNC": "0", "NDSTORE_LOCK_LEASE_MS": "3000"}
+    for name in [n for n in os.environ if n.startswith("NDSTORE_")]:
+        monkeypatch.delenv(name)
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    svc = wiring.build(Config())
+    return Blaze(svc.blaze_buffer, svc.blaze, svc.merger, svc.cache_tier)

@@ -13,12 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
-import redis
 
 from blaze.spark_job import merge_round
 from ndstore import wiring
-from ndstore.config import Config
 from ndstore.core.geometry import Box
 from ndstore.engine.volume import ChannelVolume
 from tests.blaze.conftest import Blaze
@@ -26,22 +23,6 @@ from tests.blaze.test_blaze import reference, seed_base, whole, write_random
 from tests.engine.conftest import small_channel
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def wired(tmp_path: Path, redis_url: str, blaze_redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Blaze:
-    """Services built by the wiring from NDSTORE_* settings, which Spark workers receive too."""
-    redis.Redis.from_url(redis_url).flushdb()
-    redis.Redis.from_url(blaze_redis_url).flushdb()
-    settings = {"NDSTORE_DATA_DIR": str(tmp_path), "NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite",
-                "NDSTORE_LOCKS": "redis", "NDSTORE_REDIS_URL": redis_url, "NDSTORE_BLAZE_REDIS_URL": blaze_redis_url,
-                "NDSTORE_FSYNC": "0", "NDSTORE_LOCK_LEASE_MS": "3000"}
-    for name in [n for n in os.environ if n.startswith("NDSTORE_")]:
-        monkeypatch.delenv(name)
-    for name, value in settings.items():
-        monkeypatch.setenv(name, value)
-    svc = wiring.build(Config())
-    return Blaze(svc.blaze_buffer, svc.blaze, svc.merger, svc.cache_tier)
 
 
 def wide_channel() -> ChannelVolume:
