@@ -60,6 +60,7 @@ class Config:
     ingest_cleanup_function: str = field(default_factory=lambda: _env("NDSTORE_INGEST_CLEANUP_FUNCTION", ""))
     downsample_function: str = field(default_factory=lambda: _env("NDSTORE_DOWNSAMPLE_FUNCTION", ""))
     ingest_workers: int = field(default_factory=lambda: int(_env("NDSTORE_INGEST_WORKERS", "2")))
+    anon_read_rate: str = field(default_factory=lambda: _env("NDSTORE_ANON_READ_RATE", "3000/min"))
     fsync: bool = field(default_factory=lambda: _env("NDSTORE_FSYNC", "1") == "1")
 
     @property

@@ -29,6 +29,7 @@ from ndstore.storage.filestore import FileObjectStore
 from ndstore.storage.interfaces import ObjectStore, RWLocks, SupercuboidIndex
 from ndstore.storage.lambda_triggers import LambdaTriggers
 from ndstore.storage.locks import LocalLocks
+from ndstore.storage.rate_limit import RedisRateLimiter
 from ndstore.storage.redis_cache import RedisCuboidCache
 from ndstore.storage.rwlock import RedisRWLocks
 from ndstore.storage.s3 import S3ObjectStore
@@ -118,6 +119,11 @@ class Services:
             if c.downsample_function else None
         return DownsampleRuns(self.downsampler, ingest.index, ingest.queues, c.ingest_queue_prefix,
                               c.ingest_visibility_s, c.ingest_max_tries, trigger)
+
+    @functools.cached_property
+    def rate_limiter(self) -> RedisRateLimiter:
+        """Request counters on the locks' Redis, which every web node already shares."""
+        return RedisRateLimiter(redis_client.connect(self.config.redis_url))
 
     def purge_channel(self, channel: ChannelVolume) -> int:
         """Delete every voxel of a channel: its pending NDBlaze writes first (so no merge can

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib import admin
 
-from ndstore.api.models import ApiToken, Channel, Collection, CoordinateFrame, Experiment, Grant
+from ndstore.api.models import ApiToken, AuditEntry, Channel, Collection, CoordinateFrame, Experiment, Grant
 
 
 class ResourceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -52,3 +52,21 @@ class GrantAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("user", "label", "created")
     readonly_fields = ("key_hash",)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Read-only: the log records what happened, nobody edits it."""
+
+    list_display = ("at", "username", "method", "path", "status", "remote_addr")
+    list_filter = ("method", "status")
+    search_fields = ("username", "path")
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False

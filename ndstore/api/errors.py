@@ -65,5 +65,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.NotFound(str(exc) or "not found")
     response = drf_exception_handler(exc, context)
     if response is not None:
-        response.data = {"status": response.status_code, "message": _message(getattr(exc, "detail", str(exc)))}
+        message = _message(getattr(exc, "detail", str(exc)))
+        if isinstance(exc, exceptions.Throttled):
+            message = (f"too many anonymous requests from this address (NDSTORE_ANON_READ_RATE); retry in "
+                       f"{response.get('Retry-After', '1')} s, or authenticate with a token")
+        response.data = {"status": response.status_code, "message": message}
     return response

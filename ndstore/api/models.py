@@ -179,3 +179,19 @@ class MetaValue(models.Model):
             models.UniqueConstraint(fields=["channel", "key"], condition=models.Q(channel__isnull=False),
                                     name="unique_meta_key_channel"),
         ]
+
+
+class AuditEntry(models.Model):
+    """One state-changing request to the control plane (resources, grants, jobs, merges): who,
+    what, from where, and how it ended; written by ndstore.api.audit.AuditMiddleware."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    username = models.CharField(max_length=150, blank=True)  # "" for an anonymous request
+    method = models.CharField(max_length=8)
+    path = models.CharField(max_length=1024)
+    status = models.PositiveSmallIntegerField()
+    remote_addr = models.CharField(max_length=64, blank=True)
+    body = models.JSONField(null=True, blank=True)  # the JSON request body, when small
+
+    class Meta:
+        ordering = ["-at", "-id"]

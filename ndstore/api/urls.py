@@ -7,7 +7,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from ndstore.api import converters  # noqa: F401  (registers the `name` and `range` converters)
-from ndstore.api.views import blaze, boss, cutout, downsample, image, ingest, permissions, precomputed, resources
+from ndstore.api.views import audit, blaze, boss, cutout, downsample, image, ingest, permissions, precomputed, resources
 
 CUTOUT = "<name:collection>/<name:experiment>/<name:channel>/<int:resolution>/<range:x>/<range:y>/<range:z>/"
 
@@ -49,6 +49,7 @@ urlpatterns = [
     path("v1/coord/", resources.CoordFrameList.as_view()),
     path("v1/coord/<name:name>/", resources.CoordFrameView.as_view()),
     path("v1/permissions/", permissions.PermissionsView.as_view()),
+    path("v1/audit/", audit.AuditLogView.as_view()),
     *boss.routes(),  # Boss v1 compatibility (intern); before the cutout routes
     *cutout_routes("v1/cutout/", cutout.CutoutView),
     *cutout_routes("v1/direct/cutout/", cutout.DirectCutoutView),

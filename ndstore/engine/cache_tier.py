@@ -14,10 +14,10 @@ See docs/design/cache-tier.md.
 from __future__ import annotations
 
 import os
-from functools import partial
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -111,7 +111,8 @@ class CacheTier:
         if any(b is None for b in blobs):
             raise StorageError(f"cuboids of supercuboid {key.name} vanished from the cache; try again")
         decode_blobs_region(dict(zip(numbers, blobs)), grid.cuboid, grid.cuboids_per_super,  # type: ignore[arg-type]
-                            part.local_region(grid), out[ti][part.in_box(cutout.box)], partial(map_ordered, self._codec))
+                            part.local_region(grid), out[ti][part.in_box(cutout.box)],
+                            partial(map_ordered, self._codec))
 
     def _fetch(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid) -> dict[str, list[bytes]]:
         """Copy supercuboids from the base tier into the cache; return their cuboid blobs."""

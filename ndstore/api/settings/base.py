@@ -34,6 +34,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "ndstore.api.audit.AuditMiddleware",
 ]
 
 ROOT_URLCONF = "ndstore.api.urls"
@@ -79,6 +80,9 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "ndstore.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_CLASSES": ["ndstore.api.throttling.AnonymousReadThrottle"],
+    # X-Forwarded-For hops to trust when identifying a client (1 behind the compose nginx)
+    "NUM_PROXIES": int(os.environ["NDSTORE_NUM_PROXIES"]) if os.environ.get("NDSTORE_NUM_PROXIES") else None,
 }
 
 SPECTACULAR_SETTINGS = {

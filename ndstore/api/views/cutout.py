@@ -7,12 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ndstore.api import auth, lookups
 from ndstore.api.errors import JSONErrors
+from ndstore.api.converters import RangeConverter
 from ndstore.api.media import ARRAY_PARSERS, ARRAY_RENDERERS, RAW_BODY_PARSERS, RawBody
+from ndstore.core import wire
 from ndstore.core.errors import InvalidBody, InvalidRequest
 from ndstore.core.geometry import Box
 from ndstore.core.labels import keep_ids
@@ -20,6 +25,57 @@ from ndstore.engine.volume import Cutout, make_cutout
 from ndstore.wiring import services
 
 ACCESS_MODES = ("cache", "no_cache", "raw")
+
+# OpenAPI descriptions of the cutout routes: binary bodies in each media type of ndstore.core.wire,
+# the ranges' syntax, and the JSON that every refusal carries.
+ERROR = inline_serializer("Error", {"status": serializers.IntegerField(), "message": serializers.CharField()})
+ERROR_MEANINGS = {
+    400: "bad range, resolution, time, query, or a body that does not decode to the box",
+    401: "malformed or unknown token", 403: "no permission on the channel", 404: "no such resource",
+    406: "unsupported Accept", 409: "conflicts with the resource's state",
+    413: "body over NDSTORE_MAX_BODY_BYTES or box over NDSTORE_MAX_CUTOUT_BYTES",
+    415: "unsupported Content-Type", 503: "storage or lock unavailable; retry after Retry-After",
+}
+BINARY_BODIES = {media: OpenApiTypes.BINARY for media in wire.FORMATS}
+RANGE_DOC = "half-open {0}0:{0}1 in voxels of the level, e.g. 0:512"
+CUTOUT_PARAMETERS = [
+    *[OpenApiParameter(axis, str, OpenApiParameter.PATH, required=True, pattern=f"^{RangeConverter.regex}$",
+                       description=RANGE_DOC.format(axis)) for axis in "xyz"],
+    OpenApiParameter("resolution", {"type": "integer", "minimum": 0}, OpenApiParameter.PATH, required=True,
+                     description="resolution level, 0 the finest"),
+]
+
+
+def error_responses(*codes: int) -> dict[tuple[int, str], OpenApiResponse]:
+    """JSON `{"status", "message"}` for each refusal code, whatever the media type asked for."""
+    return {(code, "application/json"): OpenApiResponse(ERROR, description=ERROR_MEANINGS[code]) for code in codes}
+
+
+CUTOUT_READ = extend_schema(
+    summary="Read a box",
+    description="The box as a C-order (z, y, x) array, (t, z, y, x) with a time range, in the media type of "
+                "`Accept` or `?format=` (application/blosc when the client accepts anything).",
+    parameters=[
+        *CUTOUT_PARAMETERS,
+        OpenApiParameter("access-mode", str, enum=["cache", "no_cache", "no-cache", "raw"],
+                         description="cache (default), no_cache (base tier after writing back dirty cached data) "
+                                     "or raw (the base tier as it is)"),
+        OpenApiParameter("filter", str, pattern=r"^\d+(,\d+)*$",
+                         description="annotation channels: comma-separated label ids to keep; others read as 0"),
+    ],
+    responses={**{(200, media): OpenApiResponse(OpenApiTypes.BINARY, description=f"the box as {media}")
+                  for media in wire.FORMATS},
+               **error_responses(400, 401, 403, 404, 406, 413, 503)},
+)
+CUTOUT_WRITE = extend_schema(
+    summary="Write a box",
+    description="The body holds the whole box, C-order (z, y, x) or (t, z, y, x), in the channel's datatype, "
+                "encoded as its Content-Type says. Refused bodies change nothing.",
+    parameters=CUTOUT_PARAMETERS,
+    request=BINARY_BODIES,
+    responses={201: OpenApiResponse(None, description="stored; empty body"),
+               **error_responses(400, 401, 403, 404, 413, 415, 503)},
+)
 
 
 class CutoutView(JSONErrors, APIView):
@@ -49,6 +105,7 @@ class CutoutView(JSONErrors, APIView):
         )
         return chan
 
+    @CUTOUT_READ
     def get(self, request: Any, **kw: Any) -> Response:
         chan = self._resolve(request, auth.READ, kw)
         asked = request.query_params.get("access-mode", "cache")
@@ -61,6 +118,7 @@ class CutoutView(JSONErrors, APIView):
             data = keep_ids(data, ids)
         return Response(data if self.has_time else data[0])
 
+    @CUTOUT_WRITE
     def post(self, request: Any, **kw: Any) -> Response:
         self._resolve(request, auth.WRITE, kw)
         data = request.data
@@ -81,6 +139,15 @@ class BlazeCutoutView(CutoutView):
     tier = "blaze"
     parser_classes = RAW_BODY_PARSERS
 
+    @extend_schema(
+        summary="Buffer a write in NDBlaze",
+        description="Stored as it arrived (its framing checked against the box, not decoded); answers with "
+                    "the write's place in the total order of NDBlaze writes.",
+        parameters=CUTOUT_PARAMETERS,
+        request=BINARY_BODIES,
+        responses={201: OpenApiResponse(None, description="buffered; X-NDBlaze-Sequence: <n>"),
+                   **error_responses(400, 401, 403, 404, 413, 415, 503)},
+    )
     def post(self, request: Any, **kw: Any) -> Response:
         self._resolve(request, auth.WRITE, kw)
         raw = request.data
@@ -104,6 +171,7 @@ def _filter_ids(raw: str | None, channel_type: str) -> list[int] | None:
     return ids
 
 
+@extend_schema(responses=error_responses(400))
 class MalformedCutout(APIView):
     """Any other path under a cutout prefix: say what the URL must look like."""
 
