@@ -24,6 +24,7 @@ bench: system-deps venv
 	$(PY) -m benchmarks.bench_ingest
 	$(PY) -m benchmarks.bench_downsample
 	$(PY) -m benchmarks.bench_viewer
+	$(PY) -m benchmarks.bench_load
 	$(PY) -m benchmarks.summary
 
 bench-quick: system-deps venv

@@ -67,15 +67,18 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
+MB_PER_S = "Figures are MB/s of raw voxels: median (min–max) of the rounds."
+
+
 def write_results(name: str, record: dict[str, Any], table: list[list[str]], header: list[str],
-                  extra_md: str = "") -> str:
+                  extra_md: str = "", units: str = MB_PER_S) -> str:
     """Write results/{name}.json and results/{name}.md (the table, then ``extra_md``); return the md."""
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
     hw = record["hardware"]
     md = (f"# {name}\n\n{hw['cores']} cores, {hw['memory_mib']} MiB, {hw['cpu']}; Python {hw['python']}, "
           f"numpy {hw['numpy']}, blosc2 {hw['blosc2']}, Django {hw.get('django', '?')}; {hw['date']}.\n"
-          "Figures are MB/s of raw voxels: median (min–max) of the rounds.\n\n"
+          f"{units}\n\n"
           + markdown_table(header, table) + "\n" + (f"\n{extra_md.strip()}\n" if extra_md else ""))
     (RESULTS / f"{name}.md").write_text(md)
     return md

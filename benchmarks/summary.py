@@ -17,7 +17,7 @@ from typing import Any
 from benchmarks.common import RESULTS, fmt
 
 Record = dict[str, Any]
-SOURCES = ("direct_io", "cache_tier", "blaze", "ingest", "downsample", "viewer")
+SOURCES = ("direct_io", "cache_tier", "blaze", "ingest", "downsample", "viewer", "load")
 
 
 def load() -> dict[str, Record]:
@@ -157,6 +157,13 @@ def rows(results: dict[str, Record]) -> list[list[str]]:
         return f"p50 {fmt(c['p50_ms'], 1)} / p99 {fmt(c['p99_ms'], 1)} ms", "", "reported"
 
     row("64³ cutout, hot cache, latency", "reported", "viewer", cube)
+
+    def load_run(r: Record) -> tuple[str, str, str]:
+        clean = r["total_errors"] == 0 and r["total_lost"] == 0
+        return (f"{r['load_minutes']:.1f} load-minutes, {r['total_requests']} requests: {r['total_errors']} errors, "
+                f"{r['total_lost']} lost writes", "", "met" if clean else "short")
+
+    row("mixed load (viewers, pipeline, annotators, NDBlaze), errors and lost writes", "0 and 0", "load", load_run)
     return out
 
 
