@@ -1,4 +1,5 @@
-# One image for the web service, the daemons, the NDBlaze merger and (later) the lambdas.
+# One image for the web nodes, the daemons, the NDBlaze merger, the ingest runner and the Spark
+# master and worker of docker-compose.yml (pyspark's `spark-class` is on PATH).
 FROM python:3.11-slim-bookworm
 
 # glibc reads MALLOC_* only at process start: keep large cutout buffers resident instead of
@@ -12,7 +13,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MALLOC_TOP_PAD_=67108864 \
     PYSPARK_PYTHON=/usr/local/bin/python
 
-# A JRE for the NDBlaze merger's Spark driver (pyspark runs its JVM).
+# A JRE for Spark: the merger's driver (pyspark runs its JVM), the master, workers and executors.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
     && rm -rf /var/lib/apt/lists/*

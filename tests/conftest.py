@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,7 +120,6 @@ def service_env(
 def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Three redis-server processes on loopback joined into a Redis Cluster (no replicas)."""
     import shutil
-    import time
 
     from ndstore.client.localstack import free_port
 
@@ -165,20 +165,16 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
 
 
 def _stop_group(proc: subprocess.Popen[bytes], grace_s: float = 15) -> None:
-    """SIGTERM a process started in a session of its own and everything it started (a Spark
-    worker's executors and their Python workers), then SIGKILL what is left."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
+    """SIGTERM a process started in a session of its own, then SIGKILL whatever is left of its
+    process group (a Spark worker's executors and their Python workers)."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)  # children that outlived their parent
-    except ProcessLookupError:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace_s)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the whole group is gone
         pass
     proc.wait(timeout=10)
 
@@ -211,7 +207,7 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spark
 
     import pyspark
 
-    from ndstore.client.localstack import free_port, wait_until
+    from ndstore.client.localstack import free_port
 
     if shutil.which("java") is None:
         pytest.skip("no JRE: Spark needs java")
@@ -230,19 +226,23 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spark
                                           stderr=subprocess.STDOUT, start_new_session=True))
 
     def worker_registered() -> bool:
-        assert all(p.poll() is None for p in procs), "a Spark daemon exited"
-        return int(cluster.state()["aliveworkers"]) >= 1
+        if any(p.poll() is not None for p in procs):
+            logs = "\n".join((root / f"{n}.log").read_text()[-3000:] for n in ("master", "worker"))
+            pytest.fail(f"a Spark standalone daemon exited:\n{logs}")
+        try:
+            return int(cluster.state()["aliveworkers"]) >= 1
+        except OSError:  # the master's UI is not up yet
+            return False
 
     try:
         start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
               "--webui-port", str(ui))
         start("worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2",
               "--memory", "1g", "--webui-port", str(free_port()), "--work-dir", str(root / "work"), cluster.url)
-        try:
-            wait_until(worker_registered, "the Spark standalone master and worker", timeout=120)
-        except RuntimeError:
-            logs = "\n".join((root / f"{n}.log").read_text()[-3000:] for n in ("master", "worker"))
-            raise RuntimeError(f"the Spark standalone cluster did not start:\n{logs}") from None
+        deadline = time.monotonic() + 120
+        while not worker_registered():
+            assert time.monotonic() < deadline, f"no Spark worker registered in 120 s; logs in {root}"
+            time.sleep(0.2)
         yield cluster
     finally:
         for proc in reversed(procs):  # the worker (and its executors) first

@@ -1,5 +1,7 @@
 """Static checks of the deployment files (no Docker engine runs on our machines): they parse,
-they refer only to settings the code reads, to commands that exist, and to files that exist."""
+they refer only to settings the code reads, to commands, services and files that exist, and nginx
+sends each kind of request to its own compose service. `nginx -t` and `docker compose config`
+run where they are installed."""
 
 from __future__ import annotations
 
@@ -17,12 +19,16 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 SETTING_SOURCES = ["ndstore/config.py", "ndstore/api/settings/base.py", "ndstore/api/settings/production.py",
                    "deploy/gunicorn.conf.py", "ndstore/api/management/commands/ndstore_prepare.py"]
-# Read by libraries (boto3, Django, dj-database-url, glibc, CPython), not by our code.
+# Read by libraries (boto3, Django, dj-database-url, glibc, CPython, Spark), not by our code.
 EXTERNAL = {"DATABASE_URL", "DJANGO_SETTINGS_MODULE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
             "AWS_DEFAULT_REGION", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
-            "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYSPARK_PYTHON"}
-# The services whose containers run our image.
-OURS = ("web", "migrate", "daemons", "merger", "ingest-runner")
+            "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYSPARK_PYTHON", "SPARK_LOCAL_IP",
+            "SPARK_LOCAL_HOSTNAME"}
+# The services whose containers run our image with the service's settings.
+OURS = ("web", "blaze", "ingest", "migrate", "daemons", "merger", "ingest-runner")
+# The web nodes (gunicorn, the image's CMD) and the nginx upstream that sends each its requests.
+WEB_NODES = {"web": "web", "blaze": "blaze", "ingest": "ingest"}
+SPARK = ("spark-master", "spark-worker")
 
 
 def settings_read_by_code() -> set[str]:
@@ -118,8 +124,9 @@ def compose() -> dict[str, Any]:
 
 def test_compose_services_are_complete(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"nginx", "web", "migrate", "daemons", "merger", "redis", "blaze-redis", "minio",
-                             "dynamodb", "postgres", "ingest-runner", "ingest-aws"}
+    assert set(services) == {"nginx", "web", "blaze", "ingest", "migrate", "daemons", "merger", "redis",
+                             "blaze-redis", "minio", "dynamodb", "postgres", "ingest-runner", "ingest-aws",
+                             "spark-master", "spark-worker"}
     for name, svc in services.items():
         assert "image" in svc or "build" in svc, name
         deps = svc.get("depends_on", [])
@@ -141,6 +148,22 @@ def test_compose_cluster_shape(compose: dict[str, Any]) -> None:
     env = s["web"]["environment"]
     assert env["NDSTORE_OBJECT_STORE"] == "s3" and env["NDSTORE_INDEX"] == "dynamodb"
     assert env["NDSTORE_LOCKS"] == "redis" and env["DATABASE_URL"].startswith("postgres://")
+
+
+def test_compose_web_nodes_run_the_service(compose: dict[str, Any]) -> None:
+    """web, blaze and ingest are the same image running gunicorn (its CMD), each after the
+    migration, with the same storage settings: they differ only in what nginx sends them."""
+    s = compose["services"]
+    for name in WEB_NODES:
+        svc = s[name]
+        assert svc["build"] == "." and svc["image"] == "ndstore:local", name
+        assert "command" not in svc, name  # the image's CMD: gunicorn on 0.0.0.0:8000
+        assert svc["depends_on"]["migrate"]["condition"] == "service_completed_successfully", name
+        env = svc["environment"]
+        for setting in ("NDSTORE_OBJECT_STORE", "NDSTORE_INDEX", "NDSTORE_REDIS_URL", "NDSTORE_BLAZE_REDIS_URL",
+                        "NDSTORE_INGEST_ENDPOINT_URL", "DATABASE_URL"):
+            assert env[setting] == s["web"]["environment"][setting], (name, setting)
+    assert set(WEB_NODES) <= set(s["nginx"]["depends_on"])
 
 
 def test_compose_uses_only_settings_the_code_reads(compose: dict[str, Any]) -> None:
@@ -184,6 +207,57 @@ def test_compose_runs_the_merger_on_its_own_redis(compose: dict[str, Any]) -> No
     assert "openjdk-17-jre-headless" in runs  # the Spark driver's JVM
 
 
+def _spark_option(cmd: list[str], flag: str) -> str | None:
+    return cmd[cmd.index(flag) + 1] if flag in cmd else None
+
+
+def test_compose_spark_standalone_cluster(compose: dict[str, Any]) -> None:
+    """The merger (and `ndstore downsample --engine spark`) drive the compose's Spark master; its
+    workers run our image, whose executors import our code; the driver is reachable from them."""
+    s = compose["services"]
+    master, worker = s["spark-master"], s["spark-worker"]
+    for name in SPARK:  # pyspark's launcher from our image, not a stock Spark image without our code
+        assert s[name]["build"] == "." and s[name]["image"] == "ndstore:local", name
+        assert s[name]["command"][0] == "spark-class", name
+    assert master["command"][1] == "org.apache.spark.deploy.master.Master"
+    assert worker["command"][1] == "org.apache.spark.deploy.worker.Worker"
+    host, port = _spark_option(master["command"], "--host"), _spark_option(master["command"], "--port") or "7077"
+    assert host == "spark-master"  # the service name: what workers and drivers resolve
+    url = f"spark://{host}:{port}"
+    assert worker["command"][-1] == url
+    assert _spark_option(worker["command"], "--work-dir"), "the image's user cannot write under SPARK_HOME"
+    assert worker["depends_on"]["spark-master"]["condition"] == "service_healthy" and "healthcheck" in master
+    for name in OURS:
+        assert s[name]["environment"]["NDSTORE_SPARK_MASTER"] == url, name
+    merger = s["merger"]
+    assert merger["environment"]["SPARK_LOCAL_HOSTNAME"] == "merger"  # executors connect back to the driver
+    assert merger["environment"]["SPARK_LOCAL_IP"] == "0.0.0.0"
+    assert merger["depends_on"]["spark-master"]["condition"] == "service_healthy"
+    engine = (ROOT / "ndstore/engine/spark.py").read_text()
+    assert "SPARK_LOCAL_HOSTNAME" in engine and "SPARK_LOCAL_IP" in engine  # the driver honours both
+    # pip installs pyspark's launcher beside the interpreter (/usr/local/bin in the image: on PATH)
+    assert (Path(sys.executable).parent / "spark-class").exists()
+
+
+def _compose_cli() -> list[str] | None:
+    """`docker compose` (the plugin) or `docker-compose`, where installed; neither needs an engine
+    to validate a file."""
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    return [legacy] if legacy else None
+
+
+def test_compose_file_passes_the_compose_schema() -> None:
+    cli = _compose_cli()
+    if cli is None:
+        pytest.skip("docker compose is not installed on this machine; `docker compose config` runs where it is")
+    result = subprocess.run([*cli, "-f", str(ROOT / "docker-compose.yml"), "config", "-q"], capture_output=True,
+                            text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_compose_mounts_exist(compose: dict[str, Any]) -> None:
     named = set(compose.get("volumes") or {})
     for name, svc in compose["services"].items():
@@ -214,27 +288,51 @@ def test_nginx_braces_balance() -> None:
     assert depth == 0
 
 
+def _nginx_upstreams(text: str) -> dict[str, list[str]]:
+    """upstream name -> its `server host:port` entries."""
+    return {name: re.findall(r"^\s*server\s+(\S+);", body, re.M)
+            for name, body in re.findall(r"upstream\s+(\S+)\s*{([^}]*)}", text)}
+
+
 def test_nginx_routes_by_prefix() -> None:
     text = _without_comments(_nginx_text())
     assert re.search(r"^\s*events\s*{", text, re.M) and re.search(r"^\s*http\s*{", text, re.M)
-    upstream = re.search(r"upstream web\s*{([^}]*)}", text)
-    assert upstream and "server web:8000;" in upstream.group(1) and "keepalive" in upstream.group(1)
+    upstreams = _nginx_upstreams(text)
+    assert upstreams == {"web": ["web:8000"], "blaze": ["blaze:8000"], "ingest": ["ingest:8000"]}
+    for name in upstreams:
+        body = re.search(rf"upstream {name}\s*{{([^}}]*)}}", text)
+        assert body and "keepalive" in body.group(1), name
     blocks = dict(re.findall(r"location\s+(\S+)\s*{([^}]*)}", text))
-    assert {"/v1/blaze/", "/v1/ingest/", "/v1/", "/"} <= set(blocks)
-    for prefix, body in blocks.items():
-        assert "proxy_pass http://web;" in body, prefix
-    assert "proxy_request_buffering off;" in blocks["/v1/"]
+    routes = {prefix: re.findall(r"proxy_pass\s+http://([^;/]+);", body) for prefix, body in blocks.items()}
+    # each kind of request to its own nodes
+    assert routes == {"/v1/blaze/": ["blaze"], "/v1/ingest/": ["ingest"], "/v1/": ["web"], "/": ["web"]}
+    assert "proxy_request_buffering off;" in blocks["/v1/"] and "proxy_request_buffering off;" in blocks["/v1/blaze/"]
     assert "client_max_body_size 1g;" in text
     assert "proxy_read_timeout 300s;" in text and "proxy_send_timeout 300s;" in text
     # upstream keepalive needs HTTP/1.1 and an empty Connection header
     assert "proxy_http_version 1.1;" in text and 'proxy_set_header Connection "";' in text
 
 
+def test_nginx_upstreams_are_compose_services(compose: dict[str, Any]) -> None:
+    """Every upstream host is a compose service nginx waits for, listening on that port (our
+    image's gunicorn on 8000)."""
+    services = compose["services"]
+    expose = {args for word, args in dockerfile_instructions() if word == "EXPOSE"}
+    for name, servers in _nginx_upstreams(_without_comments(_nginx_text())).items():
+        for server in servers:
+            host, _, port = server.partition(":")
+            assert host in services, (name, host)
+            assert host in services["nginx"]["depends_on"], (name, host)
+            assert services[host]["build"] == "." and port in expose, (name, server)
+            assert WEB_NODES[host] == name
+
+
 def test_nginx_accepts_the_config(tmp_path: Path) -> None:
     nginx = shutil.which("nginx")
     if nginx is None:
         pytest.skip("nginx is not installed on this machine; `nginx -t` runs where it is")
-    text = _nginx_text().replace("server web:8000;", "server 127.0.0.1:8000;")
+    # compose's service names resolve only inside the compose network
+    text = re.sub(r"(^\s*server\s+)[A-Za-z][\w.-]*(:\d+;)", r"\g<1>127.0.0.1\2", _nginx_text(), flags=re.M)
     # keep the check inside tmp_path: its own temp dirs and pid file
     temps = "".join(f"    {kind}_temp_path {tmp_path / kind};\n"
                     for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
@@ -284,7 +382,7 @@ def test_aws_functions_name_handlers_that_exist_and_settings_the_code_reads() ->
         env = template.get("Globals", {}).get("Function", {}).get("Environment", {}).get("Variables", {})
         assert not set(env) - known, f"{path.name} sets settings nothing reads: {set(env) - known}"
         functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::Function"]
-        assert functions
+        assert functions or "Transform" not in template  # a SAM template exists for its functions
         for fn in functions:
             module, _, name = fn["Properties"]["Handler"].rpartition(".")
             assert callable(getattr(importlib.import_module(module), name)), fn["Properties"]["Handler"]
