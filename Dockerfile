@@ -1,5 +1,13 @@
 # One image for the web nodes, the daemons, the NDBlaze merger, the ingest runner and the Spark
 # master and worker of docker-compose.yml (pyspark's `spark-class` is on PATH).
+
+# Neuroglancer's static build (deploy/neuroglancer/install.sh, pinned by its package-lock.json),
+# served at /neuroglancer/; only the built site enters the image, not Node.js.
+FROM node:20-bookworm-slim AS neuroglancer
+WORKDIR /build
+COPY deploy/neuroglancer ./deploy/neuroglancer
+RUN NDSTORE_NEUROGLANCER_DIR=/neuroglancer bash deploy/neuroglancer/install.sh
+
 FROM python:3.11-slim-bookworm
 
 # glibc reads MALLOC_* only at process start: keep large cutout buffers resident instead of
@@ -11,7 +19,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MALLOC_MMAP_THRESHOLD_=67108864 \
     MALLOC_TRIM_THRESHOLD_=268435456 \
     MALLOC_TOP_PAD_=67108864 \
-    PYSPARK_PYTHON=/usr/local/bin/python
+    PYSPARK_PYTHON=/usr/local/bin/python \
+    NDSTORE_NEUROGLANCER_DIR=/app/neuroglancer
 
 # A JRE for Spark: the merger's driver (pyspark runs its JVM), the master, workers and executors.
 RUN apt-get update \
@@ -32,6 +41,7 @@ COPY ndstore ./ndstore
 COPY blaze ./blaze
 COPY lambdas ./lambdas
 COPY deploy ./deploy
+COPY --from=neuroglancer /neuroglancer ./neuroglancer
 RUN pip install --no-cache-dir --no-deps -e .
 
 USER ndstore

@@ -18,7 +18,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTING_SOURCES = ["ndstore/config.py", "ndstore/api/settings/base.py", "ndstore/api/settings/production.py",
-                   "deploy/gunicorn.conf.py", "ndstore/api/management/commands/ndstore_prepare.py"]
+                   "deploy/gunicorn.conf.py", "ndstore/api/views/landing.py",
+                   "ndstore/api/management/commands/ndstore_prepare.py"]
 # Read by libraries (boto3, Django, dj-database-url, glibc, CPython, Spark), not by our code.
 EXTERNAL = {"DATABASE_URL", "DJANGO_SETTINGS_MODULE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
             "AWS_DEFAULT_REGION", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
@@ -71,7 +72,8 @@ def test_dockerfile_parses_into_known_instructions() -> None:
     known = {"FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME", "USER",
              "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL"}
     instructions = dockerfile_instructions()
-    assert instructions[0] == ("FROM", "python:3.11-slim-bookworm")
+    stages = [args for word, args in instructions if word == "FROM"]
+    assert stages == ["node:20-bookworm-slim AS neuroglancer", "python:3.11-slim-bookworm"]
     assert {word for word, _ in instructions} <= known
     assert ("EXPOSE", "8000") in instructions
 
@@ -97,6 +99,14 @@ def test_dockerfile_installs_pinned_requirements_then_the_project() -> None:
     assert reqs < project
 
 
+def test_dockerfile_serves_the_neuroglancer_build_of_its_first_stage() -> None:
+    instructions = dockerfile_instructions()
+    runs = [args for word, args in instructions if word == "RUN"]
+    assert "NDSTORE_NEUROGLANCER_DIR=/neuroglancer bash deploy/neuroglancer/install.sh" in runs
+    assert ("COPY", "--from=neuroglancer /neuroglancer ./neuroglancer") in instructions
+    assert dockerfile_env()["NDSTORE_NEUROGLANCER_DIR"] == "/app/neuroglancer"  # WORKDIR /app
+
+
 def test_dockerfile_environment() -> None:
     env = dockerfile_env()
     assert env["DJANGO_SETTINGS_MODULE"] == "ndstore.api.settings.production"
@@ -109,7 +119,7 @@ def test_dockerfile_environment() -> None:
 
 def test_dockerfile_copies_only_what_exists() -> None:
     for word, args in dockerfile_instructions():
-        if word in ("COPY", "ADD"):
+        if word in ("COPY", "ADD") and "--from=" not in args:  # --from copies out of an earlier stage
             parts = [p for p in args.split() if not p.startswith("--")]
             for source in parts[:-1]:
                 assert (ROOT / source).exists(), source
