@@ -26,6 +26,7 @@ from ndstore.engine.writeback import CacheManager, Flusher
 from ndstore.storage import redis_client
 from ndstore.storage.dynamodb import DynamoSupercuboidIndex
 from ndstore.storage.filestore import FileObjectStore
+from ndstore.storage.generation import RedisGeneration
 from ndstore.storage.interfaces import ObjectStore, RWLocks, SupercuboidIndex
 from ndstore.storage.lambda_triggers import LambdaTriggers
 from ndstore.storage.locks import LocalLocks
@@ -40,11 +41,12 @@ from ndstore.storage.tile_index import DynamoTileIndex
 
 OBJECT_STORES: dict[str, Callable[[Config], ObjectStore]] = {
     "file": lambda c: FileObjectStore(c.objects_dir, c.io_parallelism, c.fsync),
-    "s3": lambda c: S3ObjectStore(c.s3_bucket, c.s3_endpoint_url, c.aws_region, c.io_parallelism),
+    "s3": lambda c: S3ObjectStore(c.s3_bucket, c.s3_endpoint_url, c.aws_region, c.io_parallelism, c.aws_timeout_s),
 }
 INDEXES: dict[str, Callable[[Config], SupercuboidIndex]] = {
     "sqlite": lambda c: SqliteSupercuboidIndex(c.index_path),
-    "dynamodb": lambda c: DynamoSupercuboidIndex(c.dynamodb_table, c.dynamodb_endpoint_url, c.aws_region),
+    "dynamodb": lambda c: DynamoSupercuboidIndex(c.dynamodb_table, c.dynamodb_endpoint_url, c.aws_region,
+                                                 c.aws_timeout_s),
 }
 LOCKS: dict[str, Callable[[Config], RWLocks]] = {
     "local": lambda c: LocalLocks(),
@@ -167,6 +169,13 @@ def services() -> Services:
         if services.cache_info().currsize:  # built while this thread waited for the lock
             return services()
         return build(Config())
+
+
+@functools.lru_cache(maxsize=1)
+def metadata_generation() -> RedisGeneration:
+    """The metadata generation on the locks' Redis; built alone, without the storage services, as
+    management commands that change metadata need nothing else."""
+    return RedisGeneration(redis_client.connect(Config().redis_url))
 
 
 _SERVICES: dict[tuple[tuple[str, str], ...], Services] = {}

@@ -8,6 +8,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db.models import Q
 from rest_framework import authentication, exceptions
 
+from ndstore.api import meta_cache
 from ndstore.api.models import ApiToken, Channel, Collection, Experiment, Grant, hash_token
 
 READ, WRITE, ADMIN = 1, 2, 3
@@ -24,7 +25,9 @@ class TokenAuthentication(authentication.BaseAuthentication):
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "token" or not key.strip():
             raise exceptions.AuthenticationFailed("Authorization header must be 'Token <key>'")
-        token = ApiToken.objects.select_related("user").filter(key_hash=hash_token(key.strip())).first()
+        key_hash = hash_token(key.strip())
+        token = meta_cache.cached(("token", key_hash),
+                                  lambda: ApiToken.objects.select_related("user").filter(key_hash=key_hash).first())
         if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("invalid or revoked token")
         return token.user, token
@@ -42,12 +45,14 @@ def access_level(user: Any, collection: Collection, experiment: Experiment | Non
     level = READ if collection.public else 0
     if not user.is_authenticated:
         return level
-    scope = Q(experiment__isnull=True) | (Q(experiment=experiment) if experiment else Q(pk__in=[]))
-    chan = Q(channel__isnull=True) | (Q(channel=channel) if channel else Q(pk__in=[]))
-    grants = Grant.objects.filter(Q(user=user, collection=collection) & scope & chan)
-    for name in grants.values_list("level", flat=True):
-        level = max(level, Grant.LEVELS[name])
-    return level
+    def granted() -> int:
+        scope = Q(experiment__isnull=True) | (Q(experiment=experiment) if experiment else Q(pk__in=[]))
+        chan = Q(channel__isnull=True) | (Q(channel=channel) if channel else Q(pk__in=[]))
+        grants = Grant.objects.filter(Q(user=user, collection=collection) & scope & chan)
+        return max((Grant.LEVELS[name] for name in grants.values_list("level", flat=True)), default=0)
+
+    key = ("level", user.pk, collection.pk, experiment.pk if experiment else None, channel.pk if channel else None)
+    return max(level, meta_cache.cached(key, granted))
 
 
 def require(user: Any, needed: int, collection: Collection, experiment: Experiment | None = None,

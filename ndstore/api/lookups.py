@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ndstore.api import meta_cache
 from ndstore.api.models import Channel, Collection, CoordinateFrame, Experiment
 from ndstore.core.errors import NotFound
 from ndstore.core.geometry import Box
@@ -35,9 +36,11 @@ def channel_path(collection_name: str, experiment_name: str, channel_name: str) 
                                                                                            Channel]:
     """collection/experiment/channel in one query (the cutout hot path); when that finds
     nothing, step by step, so the 404 names the first that does not exist."""
-    found = (Channel.objects.select_related("experiment__collection", "experiment__coord_frame")
-             .filter(name=channel_name, experiment__name=experiment_name,
-                     experiment__collection__name=collection_name).first())
+    found = meta_cache.cached(
+        ("channel", collection_name, experiment_name, channel_name),
+        lambda: (Channel.objects.select_related("experiment__collection", "experiment__coord_frame")
+                 .filter(name=channel_name, experiment__name=experiment_name,
+                         experiment__collection__name=collection_name).first()))
     if found is None:
         coll = collection(collection_name)
         exp = experiment(coll, experiment_name)

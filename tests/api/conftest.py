@@ -27,8 +27,10 @@ def _wired(service_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iter
     monkeypatch.setenv("NDSTORE_S3_BUCKET", f"ndstore-test-{suffix}")
     monkeypatch.setenv("NDSTORE_DYNAMODB_TABLE", f"ndstore-test-{suffix}")
     wiring.services.cache_clear()
+    wiring.metadata_generation.cache_clear()  # NDSTORE_REDIS_URL differs between modules (Redis Cluster)
     yield
     wiring.services.cache_clear()
+    wiring.metadata_generation.cache_clear()
 
 
 def client_for(user: User | None) -> APIClient:
