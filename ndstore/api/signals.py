@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
+from ndstore.api import meta_cache
 from ndstore.api.models import ApiToken, Channel, Collection, CoordinateFrame, Experiment, Grant
 from ndstore.core.errors import StorageError
 from ndstore.wiring import metadata_generation
@@ -25,6 +26,7 @@ def _bump() -> None:
 
 def metadata_changed(**_: Any) -> None:
     _bump()
+    meta_cache.forget_request_generation()
     transaction.on_commit(_bump)
 
 

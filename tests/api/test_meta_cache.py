@@ -103,3 +103,34 @@ def test_the_generation_starts_at_random_and_never_returns_after_a_flush(redis_u
     assert gen.bump() not in (first + 1, first + 2, 1)
     client.delete(KEY)
     assert gen.current() not in (first, first + 1)
+
+
+def test_a_request_reads_the_generation_once_and_again_after_its_own_change(db: Any,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[int] = []
+
+    class Counting:
+        value = 7
+
+        def current(self) -> int:
+            reads.append(self.value)
+            return self.value
+
+    monkeypatch.setattr(meta_cache, "metadata_generation", lambda: Counting())
+    meta_cache.cached("outside", lambda: 1)
+    meta_cache.cached("outside", lambda: 1)
+    assert len(reads) == 2  # outside a request: read every time
+
+    def view(_: Any) -> Any:
+        meta_cache.cached("a", lambda: 1)
+        meta_cache.cached("b", lambda: 2)
+        assert len(reads) == 3  # one read for both lookups
+        Counting.value = 8
+        meta_cache.forget_request_generation()  # what a metadata change's signal does
+        assert meta_cache.cached("a", lambda: 3) == 3  # re-read: generation 8, reloaded
+        return "response"
+
+    assert meta_cache.RequestGeneration(view)(None) == "response"  # type: ignore[arg-type]
+    assert reads == [7, 7, 7, 8]
+    meta_cache.cached("outside", lambda: 1)
+    assert len(reads) == 5  # the request's memo ended with it

@@ -35,6 +35,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "ndstore.api.audit.AuditMiddleware",
+    "ndstore.api.meta_cache.RequestGeneration",
 ]
 
 ROOT_URLCONF = "ndstore.api.urls"
