@@ -26,6 +26,9 @@ class Config:
     dynamodb_table: str = field(default_factory=lambda: _env("NDSTORE_DYNAMODB_TABLE", "ndstore-supercuboid-index"))
     dynamodb_endpoint_url: str | None = field(default_factory=lambda: os.environ.get("NDSTORE_DYNAMODB_ENDPOINT_URL"))
     aws_region: str = field(default_factory=lambda: _env("AWS_DEFAULT_REGION", "us-east-1"))
+    # connect and read timeout of each base-tier S3/DynamoDB attempt (unset: botocore's 60 s)
+    aws_timeout_s: float | None = field(default_factory=lambda: float(os.environ["NDSTORE_AWS_TIMEOUT_S"])
+                                        if os.environ.get("NDSTORE_AWS_TIMEOUT_S") else None)
     locks: str = field(default_factory=lambda: _env("NDSTORE_LOCKS", "redis"))
     redis_url: str = field(default_factory=lambda: _env("NDSTORE_REDIS_URL", "redis://127.0.0.1:6390/0"))
     cache_redis_url: str = field(default_factory=lambda: os.environ.get(

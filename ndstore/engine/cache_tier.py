@@ -70,11 +70,13 @@ class CacheTier:
         keys = list({key.name: key for key, _, _ in jobs}.values())
         names = [k.name for k in keys]
         wanted = {key.name: [n for n, _, _ in self._touching(part, grid)] for key, _, part in jobs}
-        for _ in range(5):
-            blobs = self._read_blobs(keys, wanted, cutout.channel.dtype, grid)
+        blobs = None
+        for attempt in range(5):
+            # the last try takes write locks on them all: eviction needs those too, so cannot win again
+            blobs = self._read_blobs(keys, wanted, cutout.channel.dtype, grid, exclusive=attempt == 4)
             if blobs is not None:
                 break
-        else:
+        if blobs is None:
             raise StorageError("the cache evicted this box's supercuboids faster than it could read them; try again")
         self.cache.touch(names, self.clock())
         out = np.empty(cutout.shape, cutout.channel.dtype)
@@ -83,13 +85,14 @@ class CacheTier:
         return out
 
     def _read_blobs(self, keys: list[SupercuboidKey], wanted: dict[str, list[int]], dtype: np.dtype,
-                    grid: Grid) -> dict[str, list[bytes | None]] | None:
+                    grid: Grid, exclusive: bool = False) -> dict[str, list[bytes | None]] | None:
         """One consistent snapshot of the wanted cuboids: read locks on the resident
-        supercuboids and write locks on the missing ones, all held together; the missing ones
-        are paged in (each fetched once, whoever gets its write lock first) and their blobs used
-        straight away. None when a supercuboid was evicted before its read lock was taken."""
+        supercuboids and write locks on the missing ones (on all of them if `exclusive`), all
+        held together; the missing ones are paged in (each fetched once, whoever gets its write
+        lock first) and their blobs used straight away. None when a supercuboid was evicted
+        before its read lock was taken."""
         names = [k.name for k in keys]
-        was_resident = dict(zip(names, self.cache.resident(names)))
+        was_resident = dict(zip(names, [False] * len(names) if exclusive else self.cache.resident(names)))
         missing = [k for k in keys if not was_resident[k.name]]
         with self.locks.mixed(reads=[n for n in names if was_resident[n]], writes=[k.name for k in missing]):
             resident = dict(zip(names, self.cache.resident(names)))

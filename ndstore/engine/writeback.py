@@ -45,7 +45,10 @@ class Flusher:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(self.interval_s):
-            self.run_once()
+            try:
+                self.run_once()
+            except StorageError as exc:  # Redis away (restarting, loading its AOF): the next round retries
+                log.warning("write-back round skipped: %s", exc)
 
 
 @dataclass
@@ -81,4 +84,7 @@ class CacheManager:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(self.interval_s):
-            self.run_once()
+            try:
+                self.run_once()
+            except StorageError as exc:  # Redis away (restarting, loading its AOF): the next round retries
+                log.warning("eviction round skipped: %s", exc)

@@ -35,9 +35,10 @@ def ensure_table(db: Any, table: str, keys: list[tuple[str, str, str]]) -> None:
 
 
 class DynamoSupercuboidIndex:
-    def __init__(self, table: str, endpoint_url: str | None = None, region: str = "us-east-1"):
+    def __init__(self, table: str, endpoint_url: str | None = None, region: str = "us-east-1",
+                 timeout_s: float | None = None):
         self.table = table
-        self._db = _client("dynamodb", endpoint_url, region, 16)
+        self._db = _client("dynamodb", endpoint_url, region, 16, timeout_s)
 
     def ensure_ready(self) -> None:
         ensure_table(self._db, self.table, [("volume", "HASH", "S"), ("morton", "RANGE", "N")])

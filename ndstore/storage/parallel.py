@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 from typing import TypeVar
 
 K = TypeVar("K")
@@ -12,8 +12,11 @@ V = TypeVar("V")
 
 def map_completed(pool: ThreadPoolExecutor, fn: Callable[[K], V], keys: Iterable[K]) -> Iterator[tuple[K, V]]:
     """Yield (key, fn(key)) in completion order. The first exception propagates after the
-    remaining calls are cancelled. A single key runs in the calling thread: a hop to the pool
-    and back costs more than the small writes and reads that plan one job."""
+    calls not yet started are cancelled and the running ones have finished: none is still at
+    work when the caller goes on (a write's caller releases its locks next; a put still retrying
+    behind it would land after them, over a later write). A single key runs in the calling
+    thread: a hop to the pool and back costs more than the small writes and reads that plan one
+    job."""
     keys = list(keys)
     if len(keys) == 1:
         yield keys[0], fn(keys[0])
@@ -25,6 +28,7 @@ def map_completed(pool: ThreadPoolExecutor, fn: Callable[[K], V], keys: Iterable
     finally:
         for fut in futures:
             fut.cancel()
+        wait(futures)
 
 
 def map_ordered(pool: ThreadPoolExecutor, fn: Callable[[K], V], keys: Iterable[K]) -> list[V]:

@@ -17,8 +17,11 @@ _MISSING = {"NoSuchKey", "404", "NotFound"}
 _DELETE_BATCH = 1000
 
 
-def _client(service: str, endpoint_url: str | None, region: str, pool: int) -> Any:
-    config = Config(max_pool_connections=pool, retries={"mode": "standard", "max_attempts": 5})
+def _client(service: str, endpoint_url: str | None, region: str, pool: int, timeout_s: float | None = None) -> Any:
+    """A boto3 client: 5 attempts with backoff; ``timeout_s`` is the connect and read timeout of
+    each attempt (None: botocore's 60 s)."""
+    timeouts = {} if timeout_s is None else {"connect_timeout": timeout_s, "read_timeout": timeout_s}
+    config = Config(max_pool_connections=pool, retries={"mode": "standard", "max_attempts": 5}, **timeouts)
     return boto3.session.Session().client(service, endpoint_url=endpoint_url, region_name=region, config=config)
 
 
@@ -31,9 +34,10 @@ def aws_call(service: str, fn: Any, **kwargs: Any) -> Any:
 
 
 class S3ObjectStore:
-    def __init__(self, bucket: str, endpoint_url: str | None = None, region: str = "us-east-1", parallelism: int = 16):
+    def __init__(self, bucket: str, endpoint_url: str | None = None, region: str = "us-east-1", parallelism: int = 16,
+                 timeout_s: float | None = None):
         self.bucket = bucket
-        self._s3 = _client("s3", endpoint_url, region, parallelism)
+        self._s3 = _client("s3", endpoint_url, region, parallelism, timeout_s)
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="s3")
 
     def ensure_ready(self) -> None:
