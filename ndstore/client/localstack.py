@@ -50,7 +50,7 @@ def wait_until(check: object, what: str, timeout: float = 30.0) -> None:
     raise RuntimeError(f"{what} did not start within {timeout:.0f}s")
 
 
-def start_redis(data_dir: Path, port: int, appendfsync: str = "everysec",
+def start_redis(data_dir: Path, port: int, appendfsync: str = "always",
                 extra: tuple[str, ...] = (), appendonly: bool = True) -> subprocess.Popen[bytes]:
     """A redis-server on 127.0.0.1:port with AOF persistence (unless appendonly is False) under data_dir."""
     exe = shutil.which("redis-server")
@@ -111,7 +111,7 @@ class LocalStack:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.redis_port = self.redis_port or free_port()
         self.blaze_redis_port = self.blaze_redis_port or free_port()
-        fsync = os.environ.get("NDSTORE_REDIS_APPENDFSYNC", "everysec")
+        fsync = os.environ.get("NDSTORE_REDIS_APPENDFSYNC", "always")
         self.procs.append(start_redis(self.data_dir / "redis", self.redis_port, appendfsync=fsync))
         if "NDSTORE_INGEST_ENDPOINT_URL" not in self.environment():
             self._start_ingest_endpoint()

@@ -158,7 +158,7 @@ def test_compose_cluster_shape(compose: dict[str, Any]) -> None:
     assert "8080:80" in s["nginx"]["ports"]
     redis_cmd = s["redis"]["command"]
     assert redis_cmd[redis_cmd.index("--appendonly") + 1] == "yes"
-    assert redis_cmd[redis_cmd.index("--appendfsync") + 1] == "everysec"
+    assert redis_cmd[redis_cmd.index("--appendfsync") + 1] == "always"  # docs/reliability.md
     assert s["redis"]["image"] == "redis:7" and s["postgres"]["image"] == "postgres:16"
     assert s["dynamodb"]["image"].startswith("amazon/dynamodb-local")
     assert "healthcheck" in s["minio"]
