@@ -164,18 +164,26 @@ def decode_tile(body: bytes, what: str, full_yx: tuple[int, int], clipped_yx: tu
     `what` (the tile)."""
     try:
         with Image.open(io.BytesIO(body)) as image:
+            # The size its header claims, before decoding: a small file may claim gigapixels.
+            _check_tile_size((image.size[1], image.size[0]), what, full_yx, clipped_yx)
             image.load()
             pixels = np.asarray(image)
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+    except InvalidBody:
+        raise
+    except Exception as exc:  # Pillow raises OSError, SyntaxError, struct.error, EOFError... on corrupt files
         raise InvalidBody(f"{what} is not a readable PNG/TIFF image: {exc}") from exc
     if pixels.ndim != 2:
         raise InvalidBody(f"{what} has {pixels.shape[2] if pixels.ndim == 3 else pixels.ndim} channels; "
                           "tiles must be single-channel (greyscale) images")
-    if pixels.shape not in (full_yx, clipped_yx):
-        raise InvalidBody(f"{what} is {pixels.shape[1]}x{pixels.shape[0]} pixels; expected "
-                          f"{full_yx[1]}x{full_yx[0]} (or {clipped_yx[1]}x{clipped_yx[0]} at the box edge)")
+    _check_tile_size(pixels.shape, what, full_yx, clipped_yx)
     pixels = pixels[: clipped_yx[0], : clipped_yx[1]]
     return _as_dtype(pixels, dtype, what)
+
+
+def _check_tile_size(yx: tuple[int, ...], what: str, full_yx: tuple[int, int], clipped_yx: tuple[int, int]) -> None:
+    if tuple(yx) not in (full_yx, clipped_yx):
+        raise InvalidBody(f"{what} is {yx[1]}x{yx[0]} pixels; expected "
+                          f"{full_yx[1]}x{full_yx[0]} (or {clipped_yx[1]}x{clipped_yx[0]} at the box edge)")
 
 
 def _as_dtype(pixels: npt.NDArray[Any], dtype: np.dtype, what: str) -> npt.NDArray[Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import pickletools
 import zlib
 from typing import Any, ClassVar, Protocol
 
@@ -117,22 +118,66 @@ class BloscFormat:
         return out
 
 
-class _NumpyOnlyUnpickler(pickle.Unpickler):
-    """Unpickles numpy arrays and nothing else: a pickle from a client is never trusted."""
+_FROMBUFFER = {("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer")}
+_RECONSTRUCT = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct")}
 
-    _ALLOWED = {
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy.core.numeric", "_frombuffer"),
-        ("numpy._core.numeric", "_frombuffer"),
-    }
+
+class _NdarrayToken:
+    """Stands for numpy.ndarray in a pickle: the subtype `_reconstruct` names (never called)."""
+
+
+class _PickledArray:
+    """`_reconstruct(ndarray, shape, typecode)`, what pickle protocols 2 to 4 call, allocates the
+    shape it is given; this makes the array only in __setstate__, as a view of the pickled bytes."""
+
+    def __init__(self, subtype: Any, shape: Any, typecode: Any):
+        if subtype is not _NdarrayToken:
+            raise InvalidBody("blosc-python body reconstructs something other than a numpy.ndarray")
+        self.array: Array | None = None
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        *_, shape, dtype, fortran_order, raw = state  # (version,) shape, dtype, is_fortran, rawdata
+        self.array = np.frombuffer(raw, dtype=dtype).reshape(shape, order="F" if fortran_order else "C")
+
+
+def _array_from_buffer(buf: Any, dtype: Any, shape: Any, order: Any, axis_order: Any = None) -> Array:
+    """numpy's own `_frombuffer` (pickle protocol 5): a view of the pickled bytes, nothing allocated."""
+    array = np.frombuffer(buf, dtype=dtype)
+    if order == "K" and axis_order is not None:
+        return array.reshape(shape, order="C").transpose(axis_order)
+    return array.reshape(shape, order=order)
+
+
+class _NumpyOnlyUnpickler(pickle.Unpickler):
+    """Unpickles one numpy array and nothing else: a pickle from a client is never trusted. The
+    array is always a view of bytes the pickle holds, never allocated from a shape it claims, and
+    no numpy callable runs but the dtype constructor."""
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in self._ALLOWED or module == "numpy.dtypes":
+        if (module, name) in _FROMBUFFER:
+            return _array_from_buffer
+        if (module, name) in _RECONSTRUCT:
+            return _PickledArray
+        if (module, name) == ("numpy", "ndarray"):
+            return _NdarrayToken
+        if (module, name) == ("numpy", "dtype") or module == "numpy.dtypes":
             return super().find_class(module, name)
         raise InvalidBody(f"blosc-python body pickles {module}.{name}, which is not allowed")
+
+
+_MEMO_OPCODES = {"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"}
+
+
+def _unpickle_array(raw: bytes) -> Any:
+    # The unpickler allocates what an opcode claims before it reads or uses it: the length of a
+    # counted one (BYTEARRAY8, BINBYTES8, ...), and a memo table as long as the largest index
+    # put. Walk the opcodes first: pickletools reads only what is there and refuses a count past
+    # the end, and an honest pickle's memo holds fewer entries than it has bytes.
+    for opcode, arg, _ in pickletools.genops(io.BytesIO(raw)):
+        if opcode.name in _MEMO_OPCODES and isinstance(arg, int) and arg >= len(raw):
+            raise InvalidBody(f"blosc-python body's pickle uses memo index {arg}, past its {len(raw)} bytes")
+    loaded = _NumpyOnlyUnpickler(io.BytesIO(raw)).load()
+    return loaded.array if isinstance(loaded, _PickledArray) else loaded
 
 
 class BloscPythonFormat:
@@ -151,8 +196,9 @@ class BloscPythonFormat:
 
     def decode(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
         self.check_framing(body, shape, dtype)
+        raw = _blosc_decompress(body, _blosc_nbytes(body)).tobytes()
         try:
-            array = _NumpyOnlyUnpickler(io.BytesIO(_blosc_decompress(body, _blosc_nbytes(body)).tobytes())).load()
+            array = _unpickle_array(raw)
         except InvalidBody:
             raise
         except Exception as exc:
@@ -187,11 +233,38 @@ class NpygzFormat:
             raise InvalidBody(f"npygz body is not zlib/gzip data: {exc}") from None
         if inflater.unconsumed_tail:
             raise InvalidBody(f"npygz body inflates past the {shape} {dtype} box")
-        try:
-            array = np.load(io.BytesIO(raw), allow_pickle=False)
-        except Exception as exc:
-            raise InvalidBody(f"npygz body is not a .npy array: {exc}") from None
-        return _check_array(array, shape, dtype)
+        if not inflater.eof:
+            raise InvalidBody("npygz body is truncated: its zlib/gzip stream does not end")
+        if inflater.unused_data:
+            raise InvalidBody(f"npygz body has {len(inflater.unused_data)} bytes after its zlib/gzip stream")
+        return _npy_to_array(raw, shape, dtype)
+
+
+_NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _npy_to_array(raw: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
+    """The array of a .npy file, its header checked against the box before any data is read
+    (numpy.load allocates whatever shape a header claims)."""
+    stream = io.BytesIO(raw)
+    try:
+        version = np.lib.format.read_magic(stream)
+        reader = _NPY_HEADER_READERS.get(version)
+        if reader is None:
+            raise ValueError(f"format version {version[0]}.{version[1]} is not supported (1.0 and 2.0 are)")
+        header_shape, fortran_order, header_dtype = reader(stream)
+    except ValueError as exc:
+        raise InvalidBody(f"npygz body is not a .npy array: {exc}") from None
+    if header_dtype != dtype:
+        raise InvalidBody(f"body has dtype {header_dtype}, the channel stores {dtype}")
+    if tuple(header_shape) != shape:
+        raise InvalidBody(f"body has shape {tuple(header_shape)}, the box needs {shape}")
+    expected, offset = _expected_nbytes(shape, dtype), stream.tell()
+    if len(raw) - offset != expected:
+        raise InvalidBody(f"npygz body holds {len(raw) - offset} bytes of array data, the box {shape} of "
+                          f"{dtype} needs {expected}")
+    array = np.frombuffer(raw, dtype=dtype, count=int(np.prod(shape, dtype=np.int64)), offset=offset)
+    return array.reshape(shape, order="F" if fortran_order else "C")
 
 
 class OctetStreamFormat:

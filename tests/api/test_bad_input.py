@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import pickle
 import zlib
 from typing import Any
@@ -61,10 +62,22 @@ def _pickled_exploit() -> bytes:
     return blosc.compress(pickle.dumps(print) + bytes(4800), typesize=1)
 
 
+def _pickle_memo_bomb() -> bytes:
+    # a pickle that puts into memo slot 2**31: a plain unpickler grows its memo to 16 GiB first
+    pickled = b"\x80\x04Nr" + (2**31).to_bytes(4, "little") + b"."
+    return blosc.compress(pickled + bytes(4800 - len(pickled)), typesize=1)
+
+
 def _corrupt_blosc() -> bytes:
     body = bytearray(blosc.compress((np.arange(4800) % 7).astype(np.uint8).tobytes(), typesize=1))
     body[len(body) // 2:len(body) // 2 + 6] = b"\xff" * 6  # framing intact, content not
     return bytes(body)
+
+
+def _npy_header(shape: tuple[int, ...]) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "|u1", "fortran_order": False, "shape": shape})
+    return buf.getvalue()
 
 
 BAD_BODIES = [
@@ -75,11 +88,18 @@ BAD_BODIES = [
     ("application/blosc", blosc.compress(bytes(4800), typesize=1)[:-10], "the body holds"),
     ("application/blosc", _corrupt_blosc(), "corrupt"),
     ("application/blosc-python", _pickled_exploit(), "not allowed"),
+    ("application/blosc-python", _pickle_memo_bomb(), "memo index 2147483648"),
     ("application/blosc-python", blosc.pack_array(np.zeros((4, 30, 20), np.uint16)), "dtype uint16"),
     ("application/npygz", zlib.compress(b"garbage"), "not a .npy array"),
     ("application/npygz", wire.FORMATS["application/npygz"].encode(np.zeros((4, 60, 80), np.uint8)), "inflates past"),
     ("application/npygz", wire.FORMATS["application/npygz"].encode(np.zeros((4, 40, 30), np.uint8)), "shape"),
     ("application/npygz", b"\x78\x9c not zlib", "not zlib"),
+    # a .npy header claiming 4 GB: refused by its shape, before numpy allocates for it
+    ("application/npygz", zlib.compress(_npy_header((4000, 1000, 1000)) + bytes(64)),
+     "body has shape (4000, 1000, 1000)"),
+    ("application/npygz", wire.FORMATS["application/npygz"].encode(np.zeros(SHAPE, np.uint8))[:-3], "truncated"),
+    ("application/npygz", wire.FORMATS["application/npygz"].encode(np.zeros(SHAPE, np.uint8)) + b"junk",
+     "4 bytes after its zlib/gzip stream"),
 ]
 
 
@@ -127,6 +147,7 @@ def test_box_size_cap_gives_413(admin: Any, dataset: Dataset) -> None:
 
 
 @pytest.mark.parametrize("query,message", [("filter=1,x", "comma-separated"), ("filter=-1", "negative"),
+                                           ("filter=3,18446744073709551616", "past the largest uint64 label"),
                                            ("access-mode=fast", "access-mode must be one of")])
 def test_bad_query_parameters(admin: Any, dataset: Dataset, query: str, message: str) -> None:
     r = admin.get(dataset.cutout("ann64", 0, *BOX) + "?" + query)

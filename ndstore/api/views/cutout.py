@@ -14,8 +14,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ndstore.api import auth, lookups
-from ndstore.api.errors import JSONErrors
 from ndstore.api.converters import RangeConverter
+from ndstore.api.errors import JSONErrors
 from ndstore.api.media import ARRAY_PARSERS, ARRAY_RENDERERS, RAW_BODY_PARSERS, RawBody
 from ndstore.core import wire
 from ndstore.core.errors import InvalidBody, InvalidRequest
@@ -113,7 +113,7 @@ class CutoutView(JSONErrors, APIView):
         if mode not in ACCESS_MODES:
             raise InvalidRequest(f"access-mode must be one of {', '.join(ACCESS_MODES)}, not {asked!r}")
         data = services().tier(self.tier, mode).read(self.cutout)
-        ids = _filter_ids(request.query_params.get("filter"), chan.type)
+        ids = _filter_ids(request.query_params.get("filter"), chan.type, self.cutout.channel.dtype)
         if ids is not None:
             data = keep_ids(data, ids)
         return Response(data if self.has_time else data[0])
@@ -157,7 +157,7 @@ class BlazeCutoutView(CutoutView):
         return Response(status=201, headers={"X-NDBlaze-Sequence": str(seq)})
 
 
-def _filter_ids(raw: str | None, channel_type: str) -> list[int] | None:
+def _filter_ids(raw: str | None, channel_type: str, dtype: np.dtype) -> list[int] | None:
     if raw is None:
         return None
     if channel_type != "annotation":
@@ -168,6 +168,10 @@ def _filter_ids(raw: str | None, channel_type: str) -> list[int] | None:
         raise InvalidRequest(f"filter must be comma-separated integer ids, not {raw!r}") from None
     if any(i < 0 for i in ids):
         raise InvalidRequest("filter ids must not be negative")
+    top = int(np.iinfo(dtype).max)
+    too_big = [i for i in ids if i > top]
+    if too_big:
+        raise InvalidRequest(f"filter id {too_big[0]} is past the largest {dtype} label of this channel ({top})")
     return ids
 
 
