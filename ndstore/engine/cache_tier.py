@@ -143,7 +143,8 @@ class CacheTier:
             raise InvalidBody(f"data {data.shape} {data.dtype} does not fit the box {cutout.shape}")
         grid, jobs = self.base.plan(cutout)
         keys = list({key.name: key for key, _, _ in jobs}.values())
-        partly = {key.name: [n for n, cbox, sub in self._touching(part, grid) if sub != cbox] for key, _, part in jobs}
+        touching = {key.name: self._touching(part, grid) for key, _, part in jobs}
+        partly = {name: [n for n, cbox, sub in items if sub != cbox] for name, items in touching.items()}
         with self.locks.write([k.name for k in keys]):
             # whether each supercuboid is resident and its partly covered cuboids, in one round
             # trip; one that is not resident is paged in whole first
@@ -152,13 +153,14 @@ class CacheTier:
             for name, blobs in paged.items():
                 old[name] = [blobs[n] for n in partly[name]]
             run_all(self._pool, lambda job: self._merge(job, grid, data[job[1]][job[2].in_box(cutout.box)],
+                                                        touching[job[0].name],
                                                         dict(zip(partly[job[0].name], old[job[0].name] or []))),
                     jobs)
             if cutout.channel.write_through:
                 for key in keys:
                     self.flush_locked(key.name)
 
-    def _merge(self, job: Any, grid: Grid, src: Array, old: dict[int, bytes | None]) -> None:
+    def _merge(self, job: Any, grid: Grid, src: Array, touching: list[Any], old: dict[int, bytes | None]) -> None:
         key, _, part = job
         shape = (grid.cuboid[2], grid.cuboid[1], grid.cuboid[0])
         local = part.local_region(grid)
@@ -172,7 +174,7 @@ class CacheTier:
             cuboid[sub.slices_zyx(cbox.lo)] = piece
             return n, compress_cuboid(cuboid)
 
-        new = dict(map_ordered(self._codec, merged, self._touching(part, grid)))
+        new = dict(map_ordered(self._codec, merged, touching))
         self.cache.put(key.name, {META: _meta(src.dtype, grid), **new}, self.clock(), dirty=True)
 
     # -- write-back --------------------------------------------------------------------------
