@@ -67,15 +67,19 @@ CUTOUT_READ = extend_schema(
                   for media in wire.FORMATS},
                **error_responses(400, 401, 403, 404, 406, 413, 503)},
 )
-CUTOUT_WRITE = extend_schema(
-    summary="Write a box",
-    description="The body holds the whole box, C-order (z, y, x) or (t, z, y, x), in the channel's datatype, "
-                "encoded as its Content-Type says. Refused bodies change nothing.",
-    parameters=CUTOUT_PARAMETERS,
-    request=BINARY_BODIES,
-    responses={201: OpenApiResponse(None, description="stored; empty body"),
-               **error_responses(400, 401, 403, 404, 413, 415, 503)},
-)
+def write_schema(summary: str, description: str, created: str) -> Any:
+    """The OpenAPI description of a cutout write: a binary body in any media type of ndstore.core.wire."""
+    return extend_schema(summary=summary, description=description, parameters=CUTOUT_PARAMETERS,
+                         request=BINARY_BODIES,
+                         responses={201: OpenApiResponse(None, description=created),
+                                    **error_responses(400, 401, 403, 404, 413, 415, 503)})
+
+
+CUTOUT_WRITE = write_schema(
+    "Write a box",
+    "The body holds the whole box, C-order (z, y, x) or (t, z, y, x), in the channel's datatype, "
+    "encoded as its Content-Type says. Refused bodies change nothing.",
+    "stored; empty body")
 
 
 class CutoutView(JSONErrors, APIView):
@@ -139,15 +143,11 @@ class BlazeCutoutView(CutoutView):
     tier = "blaze"
     parser_classes = RAW_BODY_PARSERS
 
-    @extend_schema(
-        summary="Buffer a write in NDBlaze",
-        description="Stored as it arrived (its framing checked against the box, not decoded); answers with "
-                    "the write's place in the total order of NDBlaze writes.",
-        parameters=CUTOUT_PARAMETERS,
-        request=BINARY_BODIES,
-        responses={201: OpenApiResponse(None, description="buffered; X-NDBlaze-Sequence: <n>"),
-                   **error_responses(400, 401, 403, 404, 413, 415, 503)},
-    )
+    @write_schema(
+        "Buffer a write in NDBlaze",
+        "Stored as it arrived (its framing checked against the box, not decoded); answers with "
+        "the write's place in the total order of NDBlaze writes.",
+        "buffered; X-NDBlaze-Sequence: <n>")
     def post(self, request: Any, **kw: Any) -> Response:
         self._resolve(request, auth.WRITE, kw)
         raw = request.data
