@@ -11,9 +11,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 
 NAME_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}"
-name_validator = RegexValidator(
-    rf"^{NAME_PATTERN}$", "names are 1-64 letters, digits, '_' or '-', not starting with '-'"
-)
+NAME_RULE = "names are 1-64 letters, digits, '_' or '-', not starting with '-'"
+name_validator = RegexValidator(rf"\A{NAME_PATTERN}\Z", NAME_RULE)  # \Z: `$` would let a trailing newline in
 MAX_COORD = 1 << 30
 
 

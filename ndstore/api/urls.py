@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from ndstore.api import converters  # noqa: F401  (registers the `name` and `range` converters)
-from ndstore.api.views import audit, blaze, boss, cutout, downsample, image, ingest, permissions, precomputed, resources
+from ndstore.api.views import (
+    audit,
+    blaze,
+    boss,
+    cutout,
+    downsample,
+    image,
+    ingest,
+    permissions,
+    precomputed,
+    resources,
+    unrouted,
+)
 
 CUTOUT = "<name:collection>/<name:experiment>/<name:channel>/<int:resolution>/<range:x>/<range:y>/<range:z>/"
 
@@ -69,4 +81,5 @@ urlpatterns = [
     path("", include("ndstore.api.views.landing")),  # `/` and `/neuroglancer/`
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    re_path(r"^v1/", unrouted.Unrouted.as_view()),  # last: a JSON 400/404 for what nothing above matched
 ]

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ndstore.api.models import Collection
 from tests.api.conftest import Dataset, make_dataset
 
 
@@ -59,9 +60,13 @@ def test_invalid_resources_name_the_field(admin: Any, dataset: Dataset, url: str
     assert message in r.json()["message"]
 
 
-def test_names_outside_the_pattern_do_not_route(admin: Any) -> None:
-    assert admin.post("/v1/collection/bad%20name/", {}, format="json").status_code == 404
-    assert admin.post("/v1/collection/-dash/", {}, format="json").status_code == 404
+def test_names_outside_the_pattern_are_refused_naming_the_rule(admin: Any) -> None:
+    for name in ("bad name", "-dash"):
+        r = admin.post(f"/v1/collection/{name.replace(' ', '%20')}/", {}, format="json")
+        assert r.status_code == 400, r.content
+        assert r.json()["message"] == (f"invalid name {name!r} in '/v1/collection/{name}/': names are 1-64 letters, "
+                                       "digits, '_' or '-', not starting with '-'")
+    assert Collection.objects.count() == 0
 
 
 def test_duplicates_conflict(admin: Any, dataset: Dataset) -> None:
