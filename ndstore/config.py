@@ -10,10 +10,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 GiB = 1 << 30
+RATE_PERIODS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
 
 
 def _env(name: str, default: str) -> str:
     return os.environ.get(name, default)
+
+
+def parse_rate(rate: str, setting: str = "NDSTORE_ANON_READ_RATE") -> tuple[int, int] | None:
+    """`N/period` as (N, seconds); None for `0` or an empty setting (no limit)."""
+    rate = rate.strip()
+    if rate in ("", "0"):
+        return None
+    count, _, period = rate.partition("/")
+    if not count.isdigit() or period not in RATE_PERIODS:
+        raise ValueError(f"{setting} must look like 3000/min (periods: s, min, hour), not {rate!r}")
+    return (int(count), RATE_PERIODS[period]) if int(count) > 0 else None
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,14 @@ class Config:
     ingest_workers: int = field(default_factory=lambda: int(_env("NDSTORE_INGEST_WORKERS", "2")))
     anon_read_rate: str = field(default_factory=lambda: _env("NDSTORE_ANON_READ_RATE", "3000/min"))
     fsync: bool = field(default_factory=lambda: _env("NDSTORE_FSYNC", "1") == "1")
+
+    def __post_init__(self) -> None:
+        parse_rate(self.anon_read_rate)  # a malformed rate stops the service at start, not every read
+
+    @property
+    def anon_read_limit(self) -> tuple[int, int] | None:
+        """NDSTORE_ANON_READ_RATE as (requests, seconds); None: no limit."""
+        return parse_rate(self.anon_read_rate)
 
     @property
     def objects_dir(self) -> Path:

@@ -14,19 +14,7 @@ from ndstore.core.errors import StorageError
 from ndstore.wiring import services
 
 log = logging.getLogger(__name__)
-PERIODS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
-
-
-def parse_rate(rate: str) -> tuple[int, int] | None:
-    """`N/period` as (N, seconds); None for `0` or an empty setting (no limit)."""
-    rate = rate.strip()
-    if rate in ("", "0"):
-        return None
-    count, _, period = rate.partition("/")
-    if not count.isdigit() or period not in PERIODS:
-        raise ValueError(f"NDSTORE_ANON_READ_RATE must look like 3000/min (periods: s, min, hour), not {rate!r}")
-    return (int(count), PERIODS[period]) if int(count) > 0 else None
 
 
 class AnonymousReadThrottle(BaseThrottle):
@@ -36,8 +24,7 @@ class AnonymousReadThrottle(BaseThrottle):
     def allow_request(self, request: Any, view: Any) -> bool:
         if request.method not in SAFE_METHODS or request.user.is_authenticated:
             return True
-        config = services().config
-        rate = parse_rate(config.anon_read_rate)
+        rate = services().config.anon_read_limit
         if rate is None:
             return True
         try:

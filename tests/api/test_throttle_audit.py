@@ -55,6 +55,25 @@ def test_a_zero_rate_turns_the_limit_off(public: APIClient, monkeypatch: pytest.
     assert all(anon.get(BOX_URL).status_code == 200 for _ in range(10))
 
 
+@pytest.mark.parametrize("rate", ["3000", "3000/fortnight", "x/min", "-1/min", "3000/min/2"])
+def test_a_malformed_rate_stops_the_service_at_start_naming_the_setting(monkeypatch: pytest.MonkeyPatch,
+                                                                        rate: str) -> None:
+    from ndstore.config import Config
+
+    monkeypatch.setenv("NDSTORE_ANON_READ_RATE", rate)
+    with pytest.raises(ValueError, match=r"NDSTORE_ANON_READ_RATE must look like 3000/min .*not '"):
+        Config()
+
+
+@pytest.mark.parametrize(("rate", "limit"), [("3000/min", (3000, 60)), (" 5/s ", (5, 1)), ("2/hour", (2, 3600)),
+                                             ("0", None), ("", None), ("0/min", None)])
+def test_rates_parse_to_requests_per_seconds(monkeypatch: pytest.MonkeyPatch, rate: str, limit: Any) -> None:
+    from ndstore.config import Config
+
+    monkeypatch.setenv("NDSTORE_ANON_READ_RATE", rate)
+    assert Config().anon_read_limit == limit
+
+
 def test_rate_limiter_windows(redis_url: str) -> None:
     now = [1000.0]
     limiter = RedisRateLimiter(redis.Redis.from_url(redis_url), clock=lambda: now[0])
