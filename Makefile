@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: run test bench bench-quick lint system-deps browser neuroglancer venv clean
+.PHONY: run test bench bench-quick lint system-deps browser neuroglancer venv clean lambda-package
 
 run: system-deps venv neuroglancer
 	$(VENV)/bin/ndstore up --demo
@@ -25,6 +25,7 @@ bench: system-deps venv
 	$(PY) -m benchmarks.bench_downsample
 	$(PY) -m benchmarks.bench_viewer
 	$(PY) -m benchmarks.bench_load
+	$(PY) -m benchmarks.bench_reliability
 	$(PY) -m benchmarks.summary
 
 bench-quick: system-deps venv
@@ -34,6 +35,7 @@ bench-quick: system-deps venv
 	$(PY) -m benchmarks.bench_ingest --quick
 	$(PY) -m benchmarks.bench_downsample --quick
 	$(PY) -m benchmarks.bench_viewer --quick
+	$(PY) -m benchmarks.bench_reliability --quick
 	$(PY) -m benchmarks.summary
 
 lint: venv
@@ -73,3 +75,27 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .neuroglancer
+
+# AWS SAM builds each function of deploy/aws/ingest.yaml with `make build-<LogicalId>` here
+# (BuildMethod: makefile) into $(ARTIFACTS_DIR): lambdas/requirements.txt as wheels for Lambda's
+# Python and CPU, and the code the handlers reach (lambdas/, ndstore/ and blaze/ without the web
+# app and its image encoders, the CLI and the Spark jobs). `make lambda-package` builds one into build/lambda/.
+LAMBDA_FUNCTIONS := TileUploadedFunction SupercuboidFunction CleanupFunction DownsampleFunction
+LAMBDA_PYTHON ?= 3.12
+# Lambda's python3.12 runs on Amazon Linux 2023 (glibc 2.34, x86_64): wheels of any manylinux up to 2.34
+LAMBDA_PLATFORMS ?= manylinux_2_34_x86_64 manylinux_2_28_x86_64 manylinux2014_x86_64
+LAMBDA_PIP ?= python3 -m pip
+LAMBDA_EXCLUDES := --exclude=__pycache__ --exclude=ndstore/api --exclude=ndstore/client \
+	--exclude='ndstore/engine/spark*' --exclude=ndstore/core/slices.py --exclude=ndstore/core/precomputed.py \
+	--exclude='blaze/spark*' --exclude=blaze/daemon.py --exclude=lambdas/runner.py --exclude=lambdas/requirements.txt
+.PHONY: $(addprefix build-,$(LAMBDA_FUNCTIONS))
+$(addprefix build-,$(LAMBDA_FUNCTIONS)):
+	@test -n "$(ARTIFACTS_DIR)" || { echo "ARTIFACTS_DIR must name the output folder (sam build sets it)"; exit 2; }
+	$(LAMBDA_PIP) install --quiet --target "$(ARTIFACTS_DIR)" $(addprefix --platform ,$(LAMBDA_PLATFORMS)) \
+		--python-version $(LAMBDA_PYTHON) --implementation cp --only-binary=:all: -r lambdas/requirements.txt
+	tar -c $(LAMBDA_EXCLUDES) lambdas ndstore blaze | tar -x -C "$(ARTIFACTS_DIR)"
+
+lambda-package: venv
+	rm -rf build/lambda
+	$(MAKE) build-SupercuboidFunction ARTIFACTS_DIR=$(abspath build/lambda) LAMBDA_PIP="$(PY) -m pip"
+	@du -sm build/lambda | awk '{print "build/lambda: " $$1 " MB unzipped (Lambda allows 250)"}'
