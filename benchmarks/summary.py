@@ -17,7 +17,7 @@ from typing import Any
 from benchmarks.common import RESULTS, fmt
 
 Record = dict[str, Any]
-SOURCES = ("direct_io", "cache_tier", "blaze", "ingest", "downsample", "viewer", "load")
+SOURCES = ("direct_io", "cache_tier", "blaze", "ingest", "downsample", "viewer", "load", "reliability")
 
 
 def load() -> dict[str, Record]:
@@ -164,6 +164,21 @@ def rows(results: dict[str, Record]) -> list[list[str]]:
                 f"{r['total_lost']} lost writes", "", "met" if clean else "short")
 
     row("mixed load (viewers, pipeline, annotators, NDBlaze), errors and lost writes", "0 and 0", "load", load_run)
+
+    def faults(r: Record) -> tuple[str, str, str]:
+        f = r["faults"]
+        return (f"{f['scenarios']} scenarios: {f['passed']} passed, {f['xfailed']} known exceptions (strict xfail, "
+                f"docs/reliability.md), {f['failed']} failed", "", "met" if f["failed"] == 0 else "short")
+
+    row("fault scenarios run (tests/faults), each with zero lost writes", "all pass", "reliability", faults)
+
+    def fuzz(r: Record) -> tuple[str, str, str]:
+        z = r["fuzz"]
+        return (f"{z['cases']} cases in {z['tests']} tests (scale {r['scale']:g}): {z['failed']} failed",
+                "", "met" if z["failed"] == 0 else "short")
+
+    row("fuzz cases run (schemathesis over the API, hypothesis over the decoders): no 500, no corruption",
+        "0 failures", "reliability", fuzz)
     return out
 
 
