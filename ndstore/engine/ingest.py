@@ -279,6 +279,7 @@ class Ingest:
             if self.triggers and url and phase in self.triggers[1]:
                 self.triggers[0].detach(self.queues.arn(url))
             self.queues.delete(job.queue(phase))
+            self._urls.pop(job.queue(phase), None)
         self.index.delete([job.row(sc) for sc in layout.supercuboids()] + [job.name])
         self._jobs.pop(job.job_id, None)
 

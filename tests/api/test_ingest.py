@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from ndstore.core.errors import NotFound
 from ndstore.core.tiles import TileRef, encode_tile
 from tests.api.conftest import Dataset
 
@@ -82,9 +83,12 @@ def test_cancelling_a_job_removes_its_queues_and_tiles(admin: APIClient, dataset
     spec = ingest.job(job["id"])
     key = spec.tile_key(TileRef(0, 0, 0, 0))
     ingest.tiles.put(key, b"tile", {})
+    ingest.url(spec.queue("supercuboid"))  # cached by this process
     assert admin.delete(f"/v1/ingest/{job['id']}/").status_code == 204
     assert ingest.tiles.metadata(key) is None
     assert ingest.queues.url(spec.queue("upload")) is None
+    with pytest.raises(NotFound, match="does not exist"):  # the cached URL went with the queue
+        ingest.url(spec.queue("supercuboid"))
     assert admin.get(f"/v1/ingest/{job['id']}/").json()["state"] == "cancelled"
     r = admin.delete(f"/v1/ingest/{job['id']}/")
     assert r.status_code == 409 and "cancelled already" in r.json()["message"]
