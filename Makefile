@@ -6,12 +6,12 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: run test bench bench-quick lint system-deps browser neuroglancer venv clean lambda-package
+.PHONY: run test bench bench-quick lint system-deps browser deploy-tools neuroglancer venv clean lambda-package
 
 run: system-deps venv neuroglancer
 	$(VENV)/bin/ndstore up --demo
 
-test: system-deps browser venv neuroglancer
+test: system-deps browser deploy-tools venv neuroglancer
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
@@ -58,6 +58,20 @@ browser:
 	@command -v chromium >/dev/null || { echo "installing: chromium"; \
 		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
 		--no-install-recommends chromium; }
+
+# For tests/deploy/test_static.py: docker-compose validates docker-compose.yml (`config` needs no
+# engine), nginx checks deploy/nginx.conf (`nginx -t`). A policy-rc.d keeps apt from starting
+# nginx as a service (it would listen on 0.0.0.0:80); one already there is left alone.
+deploy-tools:
+	@missing=""; \
+	command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	command -v nginx >/dev/null || missing="$$missing nginx-light"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		guard=""; [ -e /usr/sbin/policy-rc.d ] || { guard=1; printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null; $(SUDO) chmod +x /usr/sbin/policy-rc.d; }; \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
+		status=$$?; [ -z "$$guard" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$status; \
+	fi
 
 # Neuroglancer's static build in .neuroglancer/, served at /neuroglancer/ (built from npm with
 # Vite once; installs nodejs/npm from apt when missing). See deploy/neuroglancer/.
