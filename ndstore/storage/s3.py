@@ -2,27 +2,51 @@
 
 from __future__ import annotations
 
+import binascii
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ChecksumError, ClientError
 
 from ndstore.core.errors import StorageError
 from ndstore.storage.parallel import map_completed, run_all
 
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 _DELETE_BATCH = 1000
+_ATTEMPTS = 5
 
 
 def _client(service: str, endpoint_url: str | None, region: str, pool: int, timeout_s: float | None = None) -> Any:
     """A boto3 client: 5 attempts with backoff; ``timeout_s`` is the connect and read timeout of
     each attempt (None: botocore's 60 s)."""
     timeouts = {} if timeout_s is None else {"connect_timeout": timeout_s, "read_timeout": timeout_s}
-    config = Config(max_pool_connections=pool, retries={"mode": "standard", "max_attempts": 5}, **timeouts)
-    return boto3.session.Session().client(service, endpoint_url=endpoint_url, region_name=region, config=config)
+    config = Config(max_pool_connections=pool, retries={"mode": "standard", "max_attempts": _ATTEMPTS}, **timeouts)
+    client = boto3.session.Session().client(service, endpoint_url=endpoint_url, region_name=region, config=config)
+    if service == "dynamodb":
+        client.meta.events.register("needs-retry.dynamodb", _retry_when_the_crc32_does_not_match)
+    return client
+
+
+def _retry_when_the_crc32_does_not_match(response: Any = None, attempts: int = 1, **_: Any) -> float | None:
+    """DynamoDB signs each answer's body with `x-amz-crc32`. botocore's standard retry mode does
+    not check it, and its JSON parser takes a body cut off half way for an answer with no fields:
+    a BatchWriteItem with nothing unprocessed, a GetItem of nothing, an empty Query page. A
+    mismatch is retried like a broken connection; after the last attempt it is an error."""
+    if response is None or response[0] is None:
+        return None
+    http = response[0]
+    expected = http.headers.get("x-amz-crc32")
+    if expected is None:
+        return None
+    actual = binascii.crc32(http.content) & 0xFFFFFFFF
+    if actual == int(expected):
+        return None
+    if attempts >= _ATTEMPTS:
+        raise ChecksumError(checksum_type="crc32", expected_checksum=expected, actual_checksum=str(actual))
+    return float(min(0.05 * 2**attempts, 2.0))
 
 
 def aws_call(service: str, fn: Any, **kwargs: Any) -> Any:

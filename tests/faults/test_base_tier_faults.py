@@ -11,10 +11,15 @@ SlowDown, DynamoDB throttling, requests that time out, answers cut off half way.
 
 from __future__ import annotations
 
+import uuid
+
 import numpy as np
 import pytest
 
+from ndstore.core.errors import StorageError
 from ndstore.core.geometry import Box
+from ndstore.core.keys import SupercuboidKey, VolumeKey
+from ndstore.storage.dynamodb import DynamoSupercuboidIndex
 from tests.faults.conftest import (
     Channel,
     Stack,
@@ -23,7 +28,7 @@ from tests.faults.conftest import (
     stored_objects_are_indexed,
     whole_or_nothing,
 )
-from tests.faults.proxy import Call, Fault
+from tests.faults.proxy import Call, Fault, FaultProxy
 
 pytestmark = pytest.mark.faults
 
@@ -193,3 +198,23 @@ def test_reads_during_faults_answer_the_data_or_503_never_wrong_data(stack: Stac
     # afterwards everything reads right: what failed to page in left no partial copy in the cache
     np.testing.assert_array_equal(ch.read_ok(frame), ref)
     np.testing.assert_array_equal(ch.read_ok(frame, "direct/cutout"), ref)
+
+
+def test_index_answers_cut_off_half_way_are_retried_never_taken_for_done_or_empty(proxy: FaultProxy) -> None:
+    """A DynamoDB answer cut off half way (full Content-Length, half the body) is a broken
+    connection to botocore, retried; never an empty Query page or a BatchWriteItem with nothing
+    left unprocessed."""
+    index = DynamoSupercuboidIndex(f"ix-{uuid.uuid4().hex[:10]}", proxy.url, timeout_s=2)
+    index.ensure_ready()
+    volume = VolumeKey(1, 2, 3, 0, 0)
+    keys = [SupercuboidKey(volume, m) for m in range(60)]  # three BatchWriteItem calls
+    since = len(proxy.seen)
+    with proxy.faults(Fault("truncate", "dynamodb", match=lambda c: c.operation == "BatchWriteItem", times=3)):
+        index.put_many(keys)
+    with proxy.faults(Fault("truncate", "dynamodb", match=lambda c: c.operation == "Query", times=2)):
+        assert sorted(index.mortons(volume)) == list(range(60))
+    cut = [s.call.operation for s in proxy.seen[since:] if s.outcome == "truncate"]
+    assert cut == ["BatchWriteItem"] * 3 + ["Query"] * 2
+    with proxy.faults(Fault("truncate", "dynamodb", match=lambda c: c.operation == "Query")):
+        with pytest.raises(StorageError, match="DynamoDB query failed"):  # cut off every time: an error
+            index.mortons(volume)
