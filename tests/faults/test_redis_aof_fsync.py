@@ -38,9 +38,9 @@ CHANNEL = small_channel("uint8", cid=41)
 LOAD = Box((0, 0, 0), (512, 512, 16))  # 4 MiB into supercuboid (0, 0, 0): work for the fsync
 PROBE = Box((600, 40, 3), (700, 90, 9))  # in supercuboid (1, 0, 0): the write whose fate we check
 EVERYSEC_LOSES = ("appendfsync everysec acknowledges writes whose AOF write Redis postponed behind a running "
-                  "fsync; a SIGKILL then loses them. Not fixed: the remedy is `NDSTORE_REDIS_APPENDFSYNC=always` "
-                  "(15-40% slower cache writes here) or Redis >= 7.2's WAITAOF, a choice for the owners of the "
-                  "deployment defaults (ndstore/client/localstack.py, docker-compose.yml)")
+                  "fsync; a SIGKILL then loses them. Hence the default `always` (ndstore/client/localstack.py, "
+                  "docker-compose.yml); `everysec` (15-40% faster cache writes) stays a documented choice, and "
+                  "Redis >= 7.2's WAITAOF would be the way to make it safe")
 
 
 def cut(box: Box) -> Cutout:
