@@ -20,6 +20,7 @@ from ndstore.core.errors import StorageError
 from ndstore.core.geometry import Box
 from ndstore.core.keys import SupercuboidKey, VolumeKey
 from ndstore.storage.dynamodb import DynamoSupercuboidIndex
+from ndstore.storage.sqs import SqsQueues
 from tests.faults.conftest import (
     Channel,
     Stack,
@@ -218,3 +219,18 @@ def test_index_answers_cut_off_half_way_are_retried_never_taken_for_done_or_empt
     with proxy.faults(Fault("truncate", "dynamodb", match=lambda c: c.operation == "Query")):
         with pytest.raises(StorageError, match="DynamoDB query failed"):  # cut off every time: an error
             index.mortons(volume)
+
+
+def test_a_queue_answer_cut_off_half_way_is_not_taken_for_all_sent(proxy: FaultProxy) -> None:
+    """SQS answers carry no checksum: a SendMessageBatch answer cut off half way must not read as
+    'every message sent' (it could have listed some as failed); it is an error, and sending the
+    batch again delivers it (the handlers are idempotent: a message twice changes nothing)."""
+    queues = SqsQueues(proxy.url)
+    url = queues.create(f"cut-{uuid.uuid4().hex[:10]}", visibility_s=30, max_receives=3)
+    since = len(proxy.seen)
+    with proxy.faults(Fault("truncate", "sqs", match=lambda c: c.operation == "SendMessageBatch")):
+        with pytest.raises(StorageError, match="answered for 0 of 3 messages"):
+            queues.send(url, ["a", "b", "c"])
+    assert [s.outcome for s in proxy.seen[since:] if s.call.operation == "SendMessageBatch"] == ["truncate"]
+    assert queues.send(url, ["a", "b", "c"]) == 3
+    assert queues.counts(url).waiting == 6  # the cut-off batch had arrived too: at least once, as SQS is
