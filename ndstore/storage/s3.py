@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import binascii
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ChecksumError, ClientError
+from botocore.retryhandler import CRC32Checker
 
 from ndstore.core.errors import StorageError
 from ndstore.storage.parallel import map_completed, run_all
@@ -17,6 +17,7 @@ from ndstore.storage.parallel import map_completed, run_all
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 _DELETE_BATCH = 1000
 _ATTEMPTS = 5
+_DYNAMODB_CRC32 = CRC32Checker(header="x-amz-crc32")  # botocore's own check, left to its legacy retry mode
 
 
 def _client(service: str, endpoint_url: str | None, region: str, pool: int, timeout_s: float | None = None) -> Any:
@@ -37,16 +38,13 @@ def _retry_when_the_crc32_does_not_match(response: Any = None, attempts: int = 1
     mismatch is retried like a broken connection; after the last attempt it is an error."""
     if response is None or response[0] is None:
         return None
-    http = response[0]
-    expected = http.headers.get("x-amz-crc32")
-    if expected is None:
-        return None
-    actual = binascii.crc32(http.content) & 0xFFFFFFFF
-    if actual == int(expected):
-        return None
-    if attempts >= _ATTEMPTS:
-        raise ChecksumError(checksum_type="crc32", expected_checksum=expected, actual_checksum=str(actual))
-    return float(min(0.05 * 2**attempts, 2.0))
+    try:
+        _DYNAMODB_CRC32(attempts, response, None)  # raises ChecksumError on a mismatch
+    except ChecksumError:
+        if attempts >= _ATTEMPTS:
+            raise
+        return float(min(0.05 * 2**attempts, 2.0))
+    return None
 
 
 def aws_call(service: str, fn: Any, **kwargs: Any) -> Any:
