@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -18,6 +19,16 @@ from ndstore.core.errors import LockTimeout, StorageError
 from ndstore.engine.cache_tier import CacheTier
 
 log = logging.getLogger(__name__)
+
+
+def _rounds(run_once: Callable[[], object], interval_s: float, stop: threading.Event, what: str) -> None:
+    """``run_once`` every ``interval_s`` until ``stop``; a round that meets a storage error is
+    skipped (Redis away: restarting, loading its AOF) and the next one retries."""
+    while not stop.wait(interval_s):
+        try:
+            run_once()
+        except StorageError as exc:
+            log.warning("%s round skipped: %s", what, exc)
 
 
 @dataclass
@@ -44,11 +55,7 @@ class Flusher:
             return 0
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.wait(self.interval_s):
-            try:
-                self.run_once()
-            except StorageError as exc:  # Redis away (restarting, loading its AOF): the next round retries
-                log.warning("write-back round skipped: %s", exc)
+        _rounds(self.run_once, self.interval_s, stop, "write-back")
 
 
 @dataclass
@@ -83,8 +90,4 @@ class CacheManager:
         return 0
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.wait(self.interval_s):
-            try:
-                self.run_once()
-            except StorageError as exc:  # Redis away (restarting, loading its AOF): the next round retries
-                log.warning("eviction round skipped: %s", exc)
+        _rounds(self.run_once, self.interval_s, stop, "eviction")
