@@ -5,6 +5,7 @@ docs/deployment.md lists them with their defaults; keep the two in step.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,14 +18,14 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
-def parse_rate(rate: str, setting: str = "NDSTORE_ANON_READ_RATE") -> tuple[int, int] | None:
+def parse_rate(rate: str) -> tuple[int, int] | None:
     """`N/period` as (N, seconds); None for `0` or an empty setting (no limit)."""
     rate = rate.strip()
     if rate in ("", "0"):
         return None
     count, _, period = rate.partition("/")
     if not count.isdigit() or period not in RATE_PERIODS:
-        raise ValueError(f"{setting} must look like 3000/min (periods: s, min, hour), not {rate!r}")
+        raise ValueError(f"NDSTORE_ANON_READ_RATE must look like 3000/min (periods: s, min, hour), not {rate!r}")
     return (int(count), RATE_PERIODS[period]) if int(count) > 0 else None
 
 
@@ -79,9 +80,9 @@ class Config:
     fsync: bool = field(default_factory=lambda: _env("NDSTORE_FSYNC", "1") == "1")
 
     def __post_init__(self) -> None:
-        parse_rate(self.anon_read_rate)  # a malformed rate stops the service at start, not every read
+        self.anon_read_limit  # noqa: B018  parsed once: a malformed rate stops the service at start
 
-    @property
+    @functools.cached_property
     def anon_read_limit(self) -> tuple[int, int] | None:
         """NDSTORE_ANON_READ_RATE as (requests, seconds); None: no limit."""
         return parse_rate(self.anon_read_rate)

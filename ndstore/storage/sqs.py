@@ -95,9 +95,10 @@ class SqsQueues:
             raise StorageError(f"SQS refused {len(reply['Failed'])} messages: {reply['Failed'][0]}")
         # An answer cut off half way parses as one with no fields (SQS answers carry no checksum):
         # only an answer that accounts for every message says they were all sent.
-        if len(reply.get("Successful", [])) != len(bodies):
-            raise StorageError(f"SQS send_message_batch answered for {len(reply.get('Successful', []))} of "
-                               f"{len(bodies)} messages; the batch may be sent again")
+        answered = len(reply.get("Successful", []))
+        if answered != len(bodies):
+            raise StorageError(f"SQS send_message_batch answered for {answered} of {len(bodies)} messages; "
+                               "the batch may be sent again")
         return len(bodies)
 
     def receive(self, url: str, max_messages: int = 10, wait_s: int = 1,
