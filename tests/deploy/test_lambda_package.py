@@ -131,3 +131,10 @@ def test_every_handler_is_in_the_package() -> None:
     handlers = {r["Properties"]["Handler"].rsplit(".", 1)[0]
                 for r in resources("ingest.yaml", "AWS::Serverless::Function").values()}
     assert handlers and handlers <= set(packaged_modules())
+
+
+def test_a_build_without_an_output_folder_is_refused_naming_it() -> None:
+    done = subprocess.run(["make", "build-SupercuboidFunction", "ARTIFACTS_DIR="], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode != 0
+    assert "ARTIFACTS_DIR must name the output folder" in done.stdout + done.stderr
