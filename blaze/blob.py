@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ndstore.core import wire
+from ndstore.core.errors import DataCorrupt, InvalidBody
 from ndstore.core.geometry import XYZ, Box, Grid, plan_supercuboids
 from ndstore.core.keys import SupercuboidKey, VolumeKey
 from ndstore.engine.volume import Cutout
@@ -49,13 +50,24 @@ class BlobHeader:
     def volume(self, time: int) -> VolumeKey:
         return VolumeKey(self.collection_id, self.experiment_id, self.channel_id, self.resolution, time)
 
-    def check_framing(self, body: bytes) -> None:
-        wire.format_for(self.media_type).check_framing(body, self.body_shape, self.dtype)
+    def validate(self, body: bytes) -> None:
+        """Every check `decode` makes (InvalidBody if one fails): a body that passes decodes."""
+        wire.format_for(self.media_type).validate(body, self.body_shape, self.dtype)
 
     def decode(self, body: bytes) -> Array:
         """The body as a (t, z, y, x) array; raises InvalidBody when it is corrupt."""
         array = wire.format_for(self.media_type).decode(body, self.body_shape, self.dtype)
         return array.reshape((len(self.times), *self.box.shape_zyx))
+
+    def decode_stored(self, seq: int, body: bytes) -> Array:
+        """A buffered blob's array. It passed `validate` when it was acknowledged, so a failure
+        here means the buffer no longer holds what it stored: DataCorrupt, never a skip (skipping
+        would serve, or merge, data without an acknowledged write)."""
+        try:
+            return self.decode(body)
+        except InvalidBody as exc:
+            raise DataCorrupt(f"NDBlaze write {seq} was validated when acknowledged but no longer decodes ({exc}); "
+                              "it stays pending, and reads and merges of what it touches stop at it") from None
 
     def to_json(self) -> bytes:
         return json.dumps({

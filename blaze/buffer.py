@@ -9,7 +9,6 @@ Keys (see docs/design/blaze.md):
   blz:sc:<name>        sorted set of the seqs of pending blobs touching supercuboid <name>
   blz:pending          sorted set of supercuboid names with pending blobs, score = oldest seq
   blz:bytes            body bytes pending (the back-pressure counter); blz:count, blobs pending
-  blz:bad              hash seq -> why a blob could not be decoded (kept out of merges)
   blz:merge:requests   list of on-demand merge requests; blz:merge:status hash id -> JSON
 An append is one MULTI: the body goes to fresh keys, then a Lua script checks the limit,
 takes a sequence number, renames the blob's keys to carry it, and indexes it under every
@@ -95,7 +94,6 @@ class BufferStats:
     blobs: int
     supercuboids: int
     oldest_age_s: float | None
-    bad_blobs: int
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -178,24 +176,18 @@ class RedisBlazeBuffer:
         names = [n for n in names if n.startswith(prefix)]
         return names[:limit] if limit is not None else names
 
-    def mark_bad(self, seq: int, why: str) -> None:
-        self.client.hset("blz:bad", str(seq), why)
-
-    def bad_seqs(self) -> set[int]:
-        return {int(s) for s in self.client.hkeys("blz:bad")}
-
     def stats(self) -> BufferStats:
         pipe = self.client.pipeline(transaction=True)
         for command, args in (("get", ("blz:bytes",)), ("zcard", ("blz:pending",)), ("zrange", ("blz:pending", 0, 0)),
-                              ("get", ("blz:count",)), ("hlen", ("blz:bad",)), ("time", ())):
+                              ("get", ("blz:count",)), ("time", ())):
             getattr(pipe, command)(*args)
-        raw_bytes, names, oldest, blobs, bad, (secs, micros) = pipe.execute()
+        raw_bytes, names, oldest, blobs, (secs, micros) = pipe.execute()
         age = None
         first = self.buffer_first_seq(oldest[0].decode()) if oldest else None
         if first is not None:
             at = self.client.hget(blob_key(first), "at")
             age = max(0.0, secs + micros / 1e6 - int(at) / 1000) if at else None
-        return BufferStats(int(raw_bytes or 0), int(blobs or 0), int(names), age, int(bad))
+        return BufferStats(int(raw_bytes or 0), int(blobs or 0), int(names), age)
 
     def buffer_first_seq(self, name: str) -> int | None:
         first: list[bytes] = self.client.zrange(f"blz:sc:{name}", 0, 0)  # type: ignore[assignment]

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from blaze.blob import BlobHeader, apply_to
 from blaze.buffer import PendingBlob, RedisBlazeBuffer
 from ndstore.core import morton
-from ndstore.core.errors import InvalidBody
+from ndstore.core.errors import DataCorrupt
 from ndstore.core.keys import SupercuboidKey
 from ndstore.engine.cache_tier import CacheTier
 
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 class MergeResult:
     supercuboids: int = 0
     blobs_applied: int = 0
-    blobs_bad: int = 0
+    supercuboids_failed: int = 0  # left pending: a blob no longer decodes (DataCorrupt, logged)
     voxel_bytes: int = 0  # raw bytes of the supercuboids rewritten
     seconds: float = 0.0
 
@@ -63,7 +63,7 @@ class DecodedBlobs:
             if blob.seq in self._arrays:
                 self._arrays.move_to_end(blob.seq)
                 return self._arrays[blob.seq]
-        array = header.decode(blob.body)
+        array = header.decode_stored(blob.seq, blob.body)
         with self._lock:
             self._arrays[blob.seq] = array
             self._bytes += array.nbytes
@@ -81,7 +81,11 @@ class Merger:
     def merge(self, names: Iterable[str]) -> MergeResult:
         total = MergeResult()
         for name in names:
-            total = total + self.merge_one(name)
+            try:
+                total = total + self.merge_one(name)
+            except DataCorrupt as exc:  # its blobs stay pending; the other supercuboids merge
+                log.error("supercuboid %s not merged: %s", name, exc)
+                total = total + MergeResult(supercuboids_failed=1)
         return total
 
     def discard(self, prefix: str) -> int:
@@ -110,14 +114,9 @@ class Merger:
         decoded = []
         for blob in blobs:
             header = BlobHeader.from_json(blob.header)
-            try:
-                decoded.append((header, self.decoded.get(blob, header)))
-            except InvalidBody as exc:
-                log.error("NDBlaze blob %d cannot be decoded and is set aside in blz:bad: %s", blob.seq, exc)
-                self.buffer.mark_bad(blob.seq, str(exc))
-        bad = len(blobs) - len(decoded)
+            decoded.append((header, self.decoded.get(blob, header)))
         if not decoded:
-            return MergeResult(blobs_bad=bad)
+            return MergeResult()
         grid, dtype = decoded[0][0].grid, decoded[0][0].dtype
         if self.tier.cache.resident([key.name])[0]:
             self.tier.evict_locked(key.name)
@@ -128,4 +127,4 @@ class Merger:
         for header, data in decoded:
             apply_to(target, box, times, header, data)
         self.tier.base.store_array(key, whole, grid)
-        return MergeResult(1, len(decoded), bad, whole.nbytes)
+        return MergeResult(1, len(decoded), 0, whole.nbytes)

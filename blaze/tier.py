@@ -1,7 +1,8 @@
 """Writes into the NDBlaze buffer, and reads that see them before they are merged.
 
-Write: check the body's framing against the box (no decompression), then append it, as it
-arrived, under every supercuboid it touches. No lock is taken.
+Write: validate the body against the box (every check its decode makes, so what is acknowledged
+can always be applied), then append it, as it arrived, under every supercuboid it touches. No
+lock is taken.
 Read: under the read locks of the touched supercuboids (the merger takes their write locks),
 read the base tier (after writing back dirty cache data, as direct reads do) and snapshot the
 pending blobs; then apply the blobs that overlap the box, in sequence order.
@@ -9,7 +10,6 @@ pending blobs; then apply the blobs that overlap the box, in sequence order.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,13 +18,11 @@ import numpy.typing as npt
 from blaze.blob import BlobHeader, apply_to, supercuboid_names
 from blaze.buffer import PendingBlob, RedisBlazeBuffer
 from ndstore.core import morton, wire
-from ndstore.core.errors import InvalidBody
 from ndstore.core.keys import SupercuboidKey
 from ndstore.engine.direct import CoherentDirect
 from ndstore.engine.volume import Cutout
 
 Array = npt.NDArray[Any]
-log = logging.getLogger(__name__)
 
 
 class BlazeTier:
@@ -35,7 +33,7 @@ class BlazeTier:
     def write_body(self, cutout: Cutout, body: bytes, media_type: str, has_time: bool) -> int:
         """Buffer a request body for the cutout's box; returns its sequence number."""
         header = BlobHeader.for_cutout(cutout, media_type, has_time)
-        header.check_framing(body)
+        header.validate(body)
         return self.buffer.append(header.to_json(), body, supercuboid_names(header))
 
     def write(self, cutout: Cutout, data: Array) -> None:
@@ -52,11 +50,7 @@ class BlazeTier:
         grid = cutout.channel.grid(cutout.resolution)
         for blob in blobs:
             header = BlobHeader.from_json(blob.header)
-            try:
-                data = header.decode(blob.body)
-            except InvalidBody as exc:
-                log.warning("skipping undecodable NDBlaze blob %d: %s", blob.seq, exc)
-                continue
+            data = header.decode_stored(blob.seq, blob.body)
             for name in pending_in[blob.seq]:
                 key = SupercuboidKey.from_name(name)
                 clip = grid.supercuboid_box(morton.decode_one(key.morton))
@@ -65,10 +59,8 @@ class BlazeTier:
 
     def _pending(self, names: Sequence[str]) -> tuple[list[PendingBlob], dict[int, list[str]]]:
         by_name = self.buffer.pending_seqs(names)
-        bad = self.buffer.bad_seqs()
         pending_in: dict[int, list[str]] = {}
         for name, seqs in by_name.items():
             for seq in seqs:
-                if seq not in bad:
-                    pending_in.setdefault(seq, []).append(name)
+                pending_in.setdefault(seq, []).append(name)
         return self.buffer.blobs(sorted(pending_in)), pending_in

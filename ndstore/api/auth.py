@@ -19,7 +19,18 @@ class TokenAuthentication(authentication.BaseAuthentication):
     keyword = "Token"
 
     def authenticate(self, request: Any) -> tuple[Any, ApiToken] | None:
-        header = request.META.get("HTTP_AUTHORIZATION", "")
+        """The token's user, or None when the request carries no token. `request` is DRF's or
+        Django's; the answer is kept on Django's (the gate authenticates before DRF does)."""
+        django_request = getattr(request, "_request", request)
+        known = getattr(django_request, "ndstore_identity", None)
+        if known is not None:
+            return known  # type: ignore[no-any-return]
+        identity = self._lookup(request.META.get("HTTP_AUTHORIZATION", ""))
+        django_request.ndstore_identity = identity
+        return identity
+
+    @staticmethod
+    def _lookup(header: str) -> tuple[Any, ApiToken] | None:
         if not header:
             return None
         scheme, _, key = header.partition(" ")
@@ -63,6 +74,18 @@ def require(user: Any, needed: int, collection: Collection, experiment: Experime
     if isinstance(user, AnonymousUser) or not user.is_authenticated:
         raise exceptions.NotAuthenticated(f"a token with {LEVEL_NAMES[needed]} permission on {path} is required")
     raise exceptions.PermissionDenied(f"this token lacks {LEVEL_NAMES[needed]} permission on {path}")
+
+
+def require_some_grant(user: Any, needed: int, action: str) -> None:
+    """Before a body that names its target is read: the caller holds `needed` on something (or
+    is a superuser). The target itself is checked once the body is parsed."""
+    require_login(user, action)
+    if user.is_superuser:
+        return
+    names = [name for name, level in Grant.LEVELS.items() if level >= needed]
+    if not Grant.objects.filter(user=user, level__in=names).exists():
+        raise exceptions.PermissionDenied(f"this token holds {LEVEL_NAMES[needed]} permission on no resource, "
+                                          f"which it needs to {action}")
 
 
 def require_login(user: Any, action: str) -> None:

@@ -22,6 +22,7 @@ STATUS = {
     errors.PayloadTooLarge: 413,
     errors.UnsupportedMediaType: 415,
     errors.StorageError: 503,
+    errors.DataCorrupt: 500,
 }
 
 
@@ -56,7 +57,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, errors.NDStoreError):
         code = status_of(exc)
         if code >= 500:
-            log.warning("storage failure: %s", exc)
+            log.warning("storage failure: %s", exc) if code == 503 else log.error("data corrupt: %s", exc)
         response = Response({"status": code, "message": str(exc)}, status=code)
         if isinstance(exc, errors.StorageError):
             response["Retry-After"] = str(getattr(exc, "retry_after_s", 1))

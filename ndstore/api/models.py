@@ -182,15 +182,16 @@ class MetaValue(models.Model):
 
 class AuditEntry(models.Model):
     """One state-changing request to the control plane (resources, grants, jobs, merges): who,
-    what, from where, and how it ended; written by ndstore.api.audit.AuditMiddleware."""
+    what, its target as the view parsed it, from where, and how it ended (ndstore.api.audit)."""
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     username = models.CharField(max_length=150, blank=True)  # "" for an anonymous request
     method = models.CharField(max_length=8)
     path = models.CharField(max_length=1024)
-    status = models.PositiveSmallIntegerField()
+    status = models.PositiveSmallIntegerField(null=True)  # null: recorded before the change, outcome not known
     remote_addr = models.CharField(max_length=64, blank=True)
-    body = models.JSONField(null=True, blank=True)  # the JSON request body, when small
+    body = models.JSONField(null=True, blank=True)  # the JSON request body as parsed, when small
+    target = models.JSONField(null=True, blank=True)  # what the change applies to; null for a refusal
 
     class Meta:
         ordering = ["-at", "-id"]

@@ -50,3 +50,8 @@ class BufferFull(StorageError):
     def __init__(self, message: str, retry_after_s: int = 5):
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class DataCorrupt(NDStoreError):
+    """Stored data cannot be read back as it was written (500): the service refuses to answer
+    rather than answer wrong, and nothing is dropped; an operator must look."""

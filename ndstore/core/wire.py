@@ -1,14 +1,15 @@
 """Wire formats of cutout bodies, one class per media type, each a pure encode/decode pair.
 
 Every decoder checks the size a body claims before it inflates it (no decompression bombs),
-then checks the decoded array's shape and dtype against the box it is written to.
+then checks the decoded array's shape and dtype against the box it is written to. No decoder
+runs code: a pickled array (`application/blosc-python`) is parsed, never unpickled
+(ndstore.core.pickled_array). `validate` makes every check `decode` makes, so a body it passes
+always decodes: what NDBlaze acknowledges, its merge can apply.
 """
 
 from __future__ import annotations
 
 import io
-import pickle
-import pickletools
 import zlib
 from typing import Any, ClassVar, Protocol
 
@@ -18,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ndstore.core.errors import InvalidBody, UnsupportedMediaType
+from ndstore.core.pickled_array import array_from_pickle
 
 Array = npt.NDArray[Any]
 
@@ -29,9 +31,9 @@ class WireFormat(Protocol):
 
     def decode(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array: ...
 
-    def check_framing(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        """Cheap checks of a body's framing against the box, without inflating it (the NDBlaze
-        write path stores bodies as they arrive); `decode` still does the full check later."""
+    def validate(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        """Every check `decode` makes, without keeping the array: a body that passes decodes.
+        The NDBlaze write path stores bodies as they arrived and acknowledges only those."""
 
 
 def _expected_nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
@@ -103,81 +105,17 @@ class BloscFormat:
         data = np.ascontiguousarray(array)
         return blosc.compress(data, typesize=data.dtype.itemsize, cname="lz4", clevel=5)  # type: ignore[no-any-return]
 
-    def check_framing(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    def decode(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
         expected = _expected_nbytes(shape, dtype)
         claimed = _blosc_nbytes(body)
         if claimed != expected:
-            raise InvalidBody(
-                f"blosc body holds {claimed} bytes, the box {shape} of {dtype} needs {expected}"
-            )
-
-    def decode(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
-        self.check_framing(body, shape, dtype)
+            raise InvalidBody(f"blosc body holds {claimed} bytes, the box {shape} of {dtype} needs {expected}")
         out = np.empty(shape, dtype)
-        _blosc_decompress_into(body, out)
+        _blosc_decompress_into(body, out)  # blosc's own checks of every block
         return out
 
-
-_FROMBUFFER = {("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer")}
-_RECONSTRUCT = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct")}
-
-
-class _NdarrayToken:
-    """Stands for numpy.ndarray in a pickle: the subtype `_reconstruct` names (never called)."""
-
-
-class _PickledArray:
-    """`_reconstruct(ndarray, shape, typecode)`, what pickle protocols 2 to 4 call, allocates the
-    shape it is given; this makes the array only in __setstate__, as a view of the pickled bytes."""
-
-    def __init__(self, subtype: Any, shape: Any, typecode: Any):
-        if subtype is not _NdarrayToken:
-            raise InvalidBody("blosc-python body reconstructs something other than a numpy.ndarray")
-        self.array: Array | None = None
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        *_, shape, dtype, fortran_order, raw = state  # (version,) shape, dtype, is_fortran, rawdata
-        self.array = np.frombuffer(raw, dtype=dtype).reshape(shape, order="F" if fortran_order else "C")
-
-
-def _array_from_buffer(buf: Any, dtype: Any, shape: Any, order: Any, axis_order: Any = None) -> Array:
-    """numpy's own `_frombuffer` (pickle protocol 5): a view of the pickled bytes, nothing allocated."""
-    array = np.frombuffer(buf, dtype=dtype)
-    if order == "K" and axis_order is not None:
-        return array.reshape(shape, order="C").transpose(axis_order)
-    return array.reshape(shape, order=order)
-
-
-class _NumpyOnlyUnpickler(pickle.Unpickler):
-    """Unpickles one numpy array and nothing else: a pickle from a client is never trusted. The
-    array is always a view of bytes the pickle holds, never allocated from a shape it claims, and
-    no numpy callable runs but the dtype constructor."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _FROMBUFFER:
-            return _array_from_buffer
-        if (module, name) in _RECONSTRUCT:
-            return _PickledArray
-        if (module, name) == ("numpy", "ndarray"):
-            return _NdarrayToken
-        if (module, name) == ("numpy", "dtype") or module == "numpy.dtypes":
-            return super().find_class(module, name)
-        raise InvalidBody(f"blosc-python body pickles {module}.{name}, which is not allowed")
-
-
-_MEMO_OPCODES = {"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"}
-
-
-def _unpickle_array(raw: bytes) -> Any:
-    # The unpickler allocates what an opcode claims before it reads or uses it: the length of a
-    # counted one (BYTEARRAY8, BINBYTES8, ...), and a memo table as long as the largest index
-    # put. Walk the opcodes first: pickletools reads only what is there and refuses a count past
-    # the end, and an honest pickle's memo holds fewer entries than it has bytes.
-    for opcode, arg, _ in pickletools.genops(io.BytesIO(raw)):
-        if opcode.name in _MEMO_OPCODES and isinstance(arg, int) and arg >= len(raw):
-            raise InvalidBody(f"blosc-python body's pickle uses memo index {arg}, past its {len(raw)} bytes")
-    loaded = _NumpyOnlyUnpickler(io.BytesIO(raw)).load()
-    return loaded.array if isinstance(loaded, _PickledArray) else loaded
+    def validate(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.decode(body, shape, dtype)
 
 
 class BloscPythonFormat:
@@ -189,23 +127,15 @@ class BloscPythonFormat:
     def encode(self, array: Array) -> bytes:
         return blosc.pack_array(np.ascontiguousarray(array), cname="lz4")  # type: ignore[no-any-return]
 
-    def check_framing(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    def decode(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
         claimed, expected = _blosc_nbytes(body), _expected_nbytes(shape, dtype)
         if not expected <= claimed <= expected + self._PICKLE_OVERHEAD:
             raise InvalidBody(f"blosc-python body holds {claimed} bytes, not a pickled {shape} {dtype} array")
-
-    def decode(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
-        self.check_framing(body, shape, dtype)
-        raw = _blosc_decompress(body, _blosc_nbytes(body)).tobytes()
-        try:
-            array = _unpickle_array(raw)
-        except InvalidBody:
-            raise
-        except Exception as exc:
-            raise InvalidBody(f"blosc-python body does not hold a pickled array: {exc}") from None
-        if not isinstance(array, np.ndarray):
-            raise InvalidBody("blosc-python body does not hold an array")
+        array = array_from_pickle(_blosc_decompress(body, claimed))  # parsed, never unpickled
         return _check_array(array, shape, dtype)
+
+    def validate(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.decode(body, shape, dtype)
 
 
 class NpygzFormat:
@@ -219,33 +149,55 @@ class NpygzFormat:
         np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
         return zlib.compress(buf.getbuffer(), 1)
 
-    def check_framing(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        zlib_header = len(body) >= 2 and body[0] & 0x0F == 8 and int.from_bytes(body[:2], "big") % 31 == 0
-        if not (zlib_header or body[:2] == b"\x1f\x8b"):
-            raise InvalidBody("npygz body starts with neither a zlib nor a gzip header")
-
     def decode(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
-        limit = _expected_nbytes(shape, dtype) + self._HEADER_ALLOWANCE
         inflater = zlib.decompressobj(wbits=47)  # zlib or gzip header, detected
-        try:
-            raw = inflater.decompress(body, limit)
-        except zlib.error as exc:
-            raise InvalidBody(f"npygz body is not zlib/gzip data: {exc}") from None
-        if inflater.unconsumed_tail:
-            raise InvalidBody(f"npygz body inflates past the {shape} {dtype} box")
-        if not inflater.eof:
-            raise InvalidBody("npygz body is truncated: its zlib/gzip stream does not end")
-        if inflater.unused_data:
-            raise InvalidBody(f"npygz body has {len(inflater.unused_data)} bytes after its zlib/gzip stream")
-        return _npy_to_array(raw, shape, dtype)
+        raw = _inflate(inflater, body, _expected_nbytes(shape, dtype) + self._HEADER_ALLOWANCE)
+        _check_stream_end(inflater, shape, dtype)
+        offset, fortran_order = _npy_header(raw, shape, dtype)
+        _check_npy_data(len(raw) - offset, shape, dtype)
+        array = np.frombuffer(raw, dtype=dtype, count=int(np.prod(shape, dtype=np.int64)), offset=offset)
+        return array.reshape(shape, order="F" if fortran_order else "C")
+
+    def validate(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        """The header, then the whole stream inflated a window at a time and counted, not kept
+        (the zlib/gzip checksum at its end is checked as the stream ends)."""
+        inflater = zlib.decompressobj(wbits=47)
+        head = _inflate(inflater, body, self._HEADER_ALLOWANCE)
+        offset, _ = _npy_header(head, shape, dtype)
+        room = _expected_nbytes(shape, dtype) + offset - len(head)  # what the rest may inflate to
+        while not inflater.eof and room >= 0:
+            out = _inflate(inflater, inflater.unconsumed_tail, min(room + 1, self._WINDOW))
+            if not out and not inflater.unconsumed_tail:
+                break  # all input read, no more output: a truncated stream
+            room -= len(out)
+        _check_stream_end(inflater, shape, dtype)
+        _check_npy_data(_expected_nbytes(shape, dtype) - room, shape, dtype)
+
+    _WINDOW = 1 << 20
+
+
+def _inflate(inflater: Any, data: bytes, limit: int) -> bytes:
+    try:
+        return inflater.decompress(data, max(1, limit))  # type: ignore[no-any-return]
+    except zlib.error as exc:
+        raise InvalidBody(f"npygz body is not zlib/gzip data: {exc}") from None
+
+
+def _check_stream_end(inflater: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    if inflater.unconsumed_tail:
+        raise InvalidBody(f"npygz body inflates past the {shape} {dtype} box")
+    if not inflater.eof:
+        raise InvalidBody("npygz body is truncated: its zlib/gzip stream does not end")
+    if inflater.unused_data:
+        raise InvalidBody(f"npygz body has {len(inflater.unused_data)} bytes after its zlib/gzip stream")
 
 
 _NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
-def _npy_to_array(raw: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
-    """The array of a .npy file, its header checked against the box before any data is read
-    (numpy.load allocates whatever shape a header claims)."""
+def _npy_header(raw: bytes, shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, bool]:
+    """(offset of the data, Fortran order) of a .npy file whose header matches the box; checked
+    before any data is read (numpy.load allocates whatever shape a header claims)."""
     stream = io.BytesIO(raw)
     try:
         version = np.lib.format.read_magic(stream)
@@ -259,12 +211,13 @@ def _npy_to_array(raw: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
         raise InvalidBody(f"body has dtype {header_dtype}, the channel stores {dtype}")
     if tuple(header_shape) != shape:
         raise InvalidBody(f"body has shape {tuple(header_shape)}, the box needs {shape}")
-    expected, offset = _expected_nbytes(shape, dtype), stream.tell()
-    if len(raw) - offset != expected:
-        raise InvalidBody(f"npygz body holds {len(raw) - offset} bytes of array data, the box {shape} of "
-                          f"{dtype} needs {expected}")
-    array = np.frombuffer(raw, dtype=dtype, count=int(np.prod(shape, dtype=np.int64)), offset=offset)
-    return array.reshape(shape, order="F" if fortran_order else "C")
+    return stream.tell(), bool(fortran_order)
+
+
+def _check_npy_data(held: int, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    expected = _expected_nbytes(shape, dtype)
+    if held != expected:
+        raise InvalidBody(f"npygz body holds {held} bytes of array data, the box {shape} of {dtype} needs {expected}")
 
 
 class OctetStreamFormat:
@@ -275,13 +228,11 @@ class OctetStreamFormat:
     def encode(self, array: Array) -> bytes:
         return np.ascontiguousarray(array).tobytes()
 
-    def check_framing(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        expected = _expected_nbytes(shape, dtype)
-        if len(body) != expected:
-            raise InvalidBody(f"body holds {len(body)} bytes, the box {shape} of {dtype} needs {expected}")
-
     def decode(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
         return _raw_to_array(body, shape, dtype)
+
+    def validate(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        _raw_to_array(body, shape, dtype)
 
 
 FORMATS: dict[str, WireFormat] = {

@@ -67,7 +67,7 @@ def test_only_writers_of_the_channel_may_ingest(dataset: Dataset, grant: Any) ->
     assert APIClient().post("/v1/ingest/", JOB, format="json").status_code == 401
     reader = grant("reader", "c1", "read")
     r = reader.post("/v1/ingest/", JOB, format="json")
-    assert r.status_code == 403 and "write permission on c1/e1/img8" in r.json()["message"]
+    assert r.status_code == 403 and "write permission" in r.json()["message"]
     writer = grant("writer", "c1", "write")
     job = writer.post("/v1/ingest/", JOB, format="json").json()
     assert reader.get(f"/v1/ingest/{job['id']}/").status_code == 403

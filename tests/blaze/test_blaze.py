@@ -93,7 +93,7 @@ def test_concurrent_writes_read_before_merge_and_merged_equal_reference(blaze: B
     assert not np.array_equal(blaze.cache_tier.base.read(whole(channel))[0], ref)  # nothing merged yet
 
     result = blaze.merger.merge(blaze.buffer.pending_names())
-    assert result.blobs_applied >= 100 and result.blobs_bad == 0
+    assert result.blobs_applied >= 100 and result.supercuboids_failed == 0
     assert np.array_equal(blaze.cache_tier.base.read(whole(channel))[0], ref)
     stats = blaze.buffer.stats()
     assert (stats.pending_bytes, stats.blobs, stats.supercuboids) == (0, 0, 0)
@@ -138,17 +138,35 @@ def test_framing_errors_are_refused_and_store_nothing(blaze: Blaze) -> None:
     assert blaze.buffer.stats().blobs == 0
 
 
-def test_an_undecodable_blob_is_set_aside_and_the_rest_merge(blaze: Blaze) -> None:
+def test_a_body_that_would_not_decode_is_refused_not_acknowledged(blaze: Blaze) -> None:
+    """201 means it will be applied: a body is decoded in full before it is acknowledged."""
     channel = small_channel("uint16")
     cutout = Cutout(channel, 0, Box((0, 0, 0), (64, 64, 4)), range(1))
-    good = np.full(cutout.shape, 9, np.uint16)
-    blaze.tier.write_body(cutout, b"\x78\x9c" + b"garbage!", "application/npygz", True)  # a zlib header only
-    blaze.tier.write(cutout, good)
-    assert np.array_equal(blaze.tier.read(cutout), good)
+    with pytest.raises(InvalidBody):
+        blaze.tier.write_body(cutout, b"\x78\x9c" + b"garbage!", "application/npygz", True)  # a zlib header only
+    assert blaze.buffer.stats().blobs == 0
+
+
+def test_a_blob_corrupted_in_the_buffer_is_never_skipped(blaze: Blaze) -> None:
+    """A blob that no longer decodes (the buffer's Redis corrupted it) is not dropped: reads of it
+    and merges of its supercuboid stop with DataCorrupt, it stays pending, the rest merges."""
+    from blaze.buffer import blob_key
+    from ndstore.core.errors import DataCorrupt
+
+    channel = small_channel("uint16")
+    sc = channel.grid(0).supercuboid
+    here = Cutout(channel, 0, Box((0, 0, 0), (64, 64, 4)), range(1))
+    elsewhere = Cutout(channel, 0, Box((sc[0], 0, 0), (sc[0] + 64, 64, 4)), range(1))  # another supercuboid
+    blaze.tier.write(here, np.full(here.shape, 9, np.uint16))
+    blaze.tier.write(elsewhere, np.full(elsewhere.shape, 5, np.uint16))
+    key = f"{blob_key(1)}:0"
+    blaze.buffer.client.set(key, bytes(blaze.buffer.client.get(key) or b"")[:-8])  # write 1's body, cut short
+    with pytest.raises(DataCorrupt, match="write 1"):
+        blaze.tier.read(here)
     result = blaze.merger.merge(blaze.buffer.pending_names())
-    assert (result.blobs_applied, result.blobs_bad) == (1, 1)
-    assert np.array_equal(blaze.cache_tier.base.read(cutout), good)
-    assert blaze.buffer.bad_seqs() == {1} and blaze.buffer.stats().blobs == 0
+    assert (result.supercuboids, result.supercuboids_failed) == (1, 1)
+    assert np.array_equal(blaze.cache_tier.base.read(elsewhere), np.full(elsewhere.shape, 5, np.uint16))
+    assert blaze.buffer.stats().blobs == 1 and len(blaze.buffer.pending_names()) == 1
 
 
 def test_back_pressure_refuses_whole_writes_past_the_limit(tmp_path: Any, redis_url: str,

@@ -1,5 +1,6 @@
-"""Property tests of every decoder of a request body (ndstore.core.wire's four media types, the
-framing check the NDBlaze write path runs instead of decoding, and the ingest's tile decoder):
+"""Property tests of every decoder of a request body (ndstore.core.wire's four media types with
+`validate`, the complete check the NDBlaze write path runs before it stores a body undecoded,
+and the ingest's tile decoder):
 
 - a valid body decodes back to exactly the array it encodes;
 - arbitrary bytes, and valid bodies flipped, cut, padded or with forged headers, either decode to
@@ -87,13 +88,16 @@ def decode_or_refuse(media: str, body: bytes, shape: tuple[int, ...], dtype: np.
     with InvalidRequest; anything else it raises fails the test."""
     fmt = wire.format_for(media)
     try:
-        fmt.check_framing(body, shape, dtype)
+        fmt.validate(body, shape, dtype)
+        valid = True
     except InvalidRequest:
-        pass
+        valid = False
     try:
         out = fmt.decode(body, shape, dtype)
     except InvalidRequest:
+        assert not valid, "validate passed a body that decode refuses"
         return None
+    assert valid, "validate refused a body that decodes"
     assert out.shape == shape and out.dtype == dtype
     return out
 
@@ -122,7 +126,7 @@ def nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
 def test_valid_bodies_round_trip_exactly(case: tuple[str, np.ndarray, bytes]) -> None:
     media, array, body = case
     fmt = wire.format_for(media)
-    fmt.check_framing(body, array.shape, array.dtype)
+    fmt.validate(body, array.shape, array.dtype)
     out = fmt.decode(body, array.shape, array.dtype)
     assert out.shape == array.shape and out.dtype == array.dtype
     assert out.tobytes() == array.tobytes()  # bit for bit: NaN payloads and -0.0 included
@@ -158,19 +162,19 @@ def test_bodies_for_another_box_are_refused(data: Any, case: tuple[str, np.ndarr
 
 @FAST
 @given(st.data(), encoded())
-def test_the_ndblaze_framing_check_bounds_what_the_merge_decodes(data: Any,
-                                                                  case: tuple[str, np.ndarray, bytes]) -> None:
-    """NDBlaze stores bodies that pass check_framing and decodes them at merge time: a body that
-    passes must decode to the box or be refused with InvalidBody (the merge then skips it)."""
+def test_what_ndblaze_acknowledges_its_merge_decodes(data: Any, case: tuple[str, np.ndarray, bytes]) -> None:
+    """NDBlaze stores bodies that pass validate and decodes them at merge time: a body that
+    passes must decode to the box (201 means it will be applied), within bounded memory."""
     media, array, body = case
     body = mutate(data.draw, body) if data.draw(st.booleans()) else body
     fmt = wire.format_for(media)
-    try:
-        fmt.check_framing(body, array.shape, array.dtype)
-    except InvalidRequest:
-        return
     with allocation_cap(3 * array.nbytes + SLACK):
-        decode_or_refuse(media, body, array.shape, array.dtype)
+        try:
+            fmt.validate(body, array.shape, array.dtype)
+        except InvalidRequest:
+            return
+    out = fmt.decode(body, array.shape, array.dtype)
+    assert out.shape == array.shape and out.dtype == array.dtype
 
 
 # --- decompression bombs --------------------------------------------------------------------

@@ -34,8 +34,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "ndstore.api.audit.AuditMiddleware",
     "ndstore.api.meta_cache.RequestGeneration",
+    "ndstore.api.audit.AuditMiddleware",
+    "ndstore.api.gate.RequestGate",  # no body is read before this: see ndstore/api/gate.py
 ]
 
 ROOT_URLCONF = "ndstore.api.urls"
@@ -70,14 +71,15 @@ WHITENOISE_USE_FINDERS = True
 USE_TZ = True
 TIME_ZONE = "UTC"
 
-# Cutout bodies are read by the array parsers, which enforce NDSTORE_MAX_BODY_BYTES (413).
-DATA_UPLOAD_MAX_MEMORY_SIZE = CONFIG.max_body_bytes
+# Cutout bodies are read by the array parsers, which enforce NDSTORE_MAX_BODY_BYTES (413); JSON
+# bodies by ndstore.api.json_body (1 MiB). This caps what Django itself buffers: the admin's forms.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1 << 20
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["ndstore.api.auth.TokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": [],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["ndstore.api.json_body.StrictJSONParser"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "ndstore.api.negotiation.NamedFormatNegotiation",
     "EXCEPTION_HANDLER": "ndstore.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",

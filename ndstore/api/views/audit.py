@@ -41,4 +41,4 @@ class AuditLogView(APIView):
         rows = entries.order_by("-id")[:limit]
         return Response({"entries": [
             {"id": e.id, "at": e.at.isoformat(), "user": e.username, "method": e.method, "path": e.path,
-             "status": e.status, "remote_addr": e.remote_addr, "body": e.body} for e in rows]})
+             "status": e.status, "remote_addr": e.remote_addr, "body": e.body, "target": e.target} for e in rows]})

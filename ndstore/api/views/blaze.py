@@ -7,7 +7,7 @@ from typing import Any
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import auth
+from ndstore.api import audit, auth
 from ndstore.core.errors import NotFound
 from ndstore.wiring import services
 
@@ -23,6 +23,7 @@ class BlazeMergeView(APIView):
     def post(self, request: Any) -> Response:
         """Ask the merger daemon for a merge round now; 202 with where to watch it."""
         auth.require_staff(request.user, "start an NDBlaze merge")
+        audit.record(request, action="merge")
         request_id = services().blaze_buffer.request_merge()
         return Response({"request": request_id, "state": "queued", "status": f"/v1/blaze/merge/{request_id}/"},
                         status=202)

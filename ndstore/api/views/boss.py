@@ -23,7 +23,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import auth, lookups
+from ndstore.api import audit, auth, lookups
 from ndstore.api.models import Channel, IdCounter, MetaValue
 from ndstore.api.views import resources
 from ndstore.api.views.cutout import CutoutView
@@ -168,6 +168,11 @@ class MetaView(APIView):
         where = {"collection": coll, "experiment": exp, "channel": chan}
         return where, MetaValue.objects.filter(**where)
 
+    @staticmethod
+    def _record(request: Any, action: str, names: dict[str, str], key: str, value: str | None = None) -> None:
+        extra = {} if value is None else {"value": value[:256]}
+        audit.record(request, action=action, resource="/".join(names.values()), key=key, **extra)
+
     def _param(self, request: Any, name: str, limit: int) -> str:
         value = request.query_params.get(name)
         if value is None or value == "":
@@ -194,6 +199,7 @@ class MetaView(APIView):
         where, rows = self._rows(request, auth.WRITE, names)
         key = self._param(request, "key", MAX_META_KEY)
         value = self._param(request, "value", MAX_META_VALUE)
+        self._record(request, "create", names, key, value)
         try:
             with transaction.atomic():
                 MetaValue.objects.create(**where, key=key, value=value)
@@ -205,12 +211,15 @@ class MetaView(APIView):
         _, rows = self._rows(request, auth.WRITE, names)
         row = self._row(request, rows, names)
         row.value = self._param(request, "value", MAX_META_VALUE)
+        self._record(request, "change", names, row.key, row.value)
         row.save(update_fields=["value"])
         return Response({"key": row.key, "value": row.value})
 
     def delete(self, request: Any, **names: str) -> Response:
         _, rows = self._rows(request, auth.WRITE, names)
-        self._row(request, rows, names).delete()
+        row = self._row(request, rows, names)
+        self._record(request, "delete", names, row.key)
+        row.delete()
         return Response(status=204)
 
 

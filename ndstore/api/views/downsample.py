@@ -13,7 +13,7 @@ from django.utils import timezone
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import auth, lookups
+from ndstore.api import audit, auth, lookups
 from ndstore.api.models import Channel, DownsampleJob
 from ndstore.core.errors import Conflict
 from ndstore.engine.downsample import DownsampleJob as RunSpec
@@ -77,6 +77,7 @@ class DownsampleView(APIView):
         if current is not None and current.state == "IN_PROGRESS" and _refresh(current)["state"] == "IN_PROGRESS":
             raise Conflict(f"a downsample of {collection}/{experiment}/{channel} is in progress (job {current.id}); "
                            "DELETE it first to start over")
+        audit.record(request, action="start", channel=f"{collection}/{experiment}/{channel}")
         job = DownsampleJob.objects.create(channel=chan, creator=request.user)
         chan.downsample_status = "IN_PROGRESS"
         chan.save(update_fields=["downsample_status"])
@@ -89,6 +90,7 @@ class DownsampleView(APIView):
         current = _current(chan)
         if current is None or current.state != "IN_PROGRESS":
             raise Conflict(f"no downsample of {collection}/{experiment}/{channel} is in progress")
+        audit.record(request, action="cancel", channel=f"{collection}/{experiment}/{channel}", job=current.id)
         services().downsample_runs.remove(_spec(current))
         current.state, current.finished = "CANCELLED", timezone.now()
         current.save(update_fields=["state", "finished"])

@@ -9,7 +9,7 @@ from django.utils import timezone
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import auth, lookups
+from ndstore.api import audit, auth, lookups
 from ndstore.api.models import IngestJob
 from ndstore.core.errors import Conflict, InvalidRequest, NotFound
 from ndstore.core.geometry import Box, check_inside
@@ -59,6 +59,11 @@ def describe(job: IngestJob, with_status: bool) -> dict[str, Any]:
     return body
 
 
+def _path(job: IngestJob) -> str:
+    chan = job.channel
+    return f"{chan.experiment.collection.name}/{chan.experiment.name}/{chan.name}"
+
+
 def _job(job_id: int, request: Any, level: int = auth.WRITE) -> IngestJob:
     job = IngestJob.objects.select_related("channel__experiment__collection").filter(pk=job_id).first()
     if job is None:
@@ -78,6 +83,7 @@ class IngestJobList(APIView):
         return Response({"jobs": [describe(j, with_status=False) for j in jobs[:100]]})
 
     def post(self, request: Any) -> Response:
+        auth.require_some_grant(request.user, auth.WRITE, "create an ingest job")
         data = request.data if isinstance(request.data, dict) else {}
         if not data:
             raise InvalidRequest("the body must be a JSON object with collection, experiment, channel, "
@@ -105,6 +111,8 @@ class IngestJobList(APIView):
         job = IngestJob(channel=chan, creator=request.user, **fields)
         spec = spec_of(job)
         spec.layout.validate()
+        audit.record(request, action="create", channel="/".join(names), box=[[box[f"{a}_start"], box[f"{a}_stop"]]
+                                                                              for a in "xyz"])
         job.save()
         spec = spec_of(job)  # now with its id
         services().ingest.create(spec, visibility, services().config.ingest_notify_queue)
@@ -120,6 +128,7 @@ class IngestJobView(APIView):
         job = _job(job_id, request)
         if job.state != "uploading":
             raise Conflict(f"ingest job {job_id} is {job.state} already")
+        audit.record(request, action="cancel", job=job.id, channel=_path(job))
         services().ingest.remove(spec_of(job), delete_tiles=True)
         job.state, job.finished = "cancelled", timezone.now()
         job.save(update_fields=["state", "finished"])
@@ -140,6 +149,7 @@ class IngestJobComplete(APIView):
             raise Conflict(f"ingest job {job_id} is not finished: {tiles['uploaded']} of {tiles['total']} tiles "
                            f"uploaded, {sc['built']} of {sc['total']} supercuboids built, {sc['cleaned']} cleaned, "
                            f"{failed} tasks failed (see GET /v1/ingest/{job_id}/; POST .../retry/ requeues failures)")
+        audit.record(request, action="complete", job=job.id, channel=_path(job))
         services().ingest.remove(spec, delete_tiles=False)
         job.state, job.finished = "complete", timezone.now()
         job.save(update_fields=["state", "finished"])
@@ -152,4 +162,5 @@ class IngestJobRetry(APIView):
         job = _job(job_id, request)
         if job.state != "uploading":
             raise Conflict(f"ingest job {job_id} is {job.state}")
+        audit.record(request, action="retry", job=job.id, channel=_path(job))
         return Response({"requeued": services().ingest.retry_failed(spec_of(job))})

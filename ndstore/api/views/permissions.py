@@ -1,4 +1,8 @@
-"""`/v1/permissions/`: admins of a resource grant, list and revoke read/write/admin on it."""
+"""`/v1/permissions/`: admins of a resource grant, list and revoke read/write/admin on it.
+
+The target is in the body (a grant) or the query string (a list, a revoke; a revoke may send a
+body instead, not both). A body is parsed only for a caller who is admin of some resource; the
+caller must then be admin of the target itself."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import auth, lookups
+from ndstore.api import audit, auth, lookups
 from ndstore.api.models import Grant
 from ndstore.core.errors import InvalidRequest, NotFound
 
@@ -27,8 +31,19 @@ class GrantSerializer(serializers.Serializer):
         return attrs
 
 
+def _body(request: Any) -> Any:
+    auth.require_some_grant(request.user, auth.ADMIN, "grant or revoke permissions")
+    return request.data
+
+
+def _resource(where: dict[str, Any]) -> str:
+    return "/".join(r.name for r in where.values() if r is not None)
+
+
 def _target(request: Any, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Validate the grant's fields, check the caller is admin of the resource."""
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object: user, collection[, experiment[, channel]], level")
     ser = GrantSerializer(data=data)
     ser.is_valid(raise_exception=True)
     v = ser.validated_data
@@ -53,14 +68,20 @@ class PermissionsView(APIView):
         return Response({"permissions": [{"user": g.user.username, "level": g.level} for g in grants]})
 
     def post(self, request: Any) -> Response:
-        where, v = _target(request, request.data)
+        where, v = _target(request, _body(request))
         if "level" not in v:
             raise InvalidRequest("level (read, write or admin) is required")
         user = _user(v.get("user"))
+        audit.record(request, action="grant", user=user.username, resource=_resource(where), level=v["level"])
         Grant.objects.update_or_create(user=user, **where, defaults={"level": v["level"]})
         return Response({"user": user.username, "level": v["level"]}, status=201)
 
     def delete(self, request: Any) -> Response:
-        where, v = _target(request, request.query_params.dict() or request.data)
-        Grant.objects.filter(user=_user(v.get("user")), **where).delete()
+        query = request.query_params.dict()
+        if query and request.META.get("CONTENT_LENGTH", "0") not in ("", "0"):
+            raise InvalidRequest("name the grant to revoke in the query string or in the body, not both")
+        where, v = _target(request, query or _body(request))
+        user = _user(v.get("user"))
+        audit.record(request, action="revoke", user=user.username, resource=_resource(where))
+        Grant.objects.filter(user=user, **where).delete()
         return Response(status=204)

@@ -13,7 +13,7 @@ from rest_framework import serializers as drf_serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import auth, lookups
+from ndstore.api import audit, auth, lookups
 from ndstore.api.models import Collection, CoordinateFrame, Grant
 from ndstore.api.serializers import (
     ChannelSerializer,
@@ -30,6 +30,7 @@ class ResourceView(APIView):
 
     serializer_class: type[drf_serializers.ModelSerializer]
     kind: str
+    audit_key: str  # how the audit log names this kind of resource
 
     def find(self, **names: str) -> tuple[dict[str, Any], Any]:
         """Return (the parent fields to save with, the resource or None)."""
@@ -37,6 +38,10 @@ class ResourceView(APIView):
 
     def check(self, request: Any, level: int, parents: dict[str, Any], obj: Any) -> None:
         raise NotImplementedError
+
+    def target(self, **names: str) -> dict[str, str]:
+        """The resource, as the audit log names it: {kind: "collection/experiment/..."}."""
+        return {self.audit_key: "/".join(names.values())}
 
     def existing(self, **names: str) -> tuple[dict[str, Any], Any]:
         parents, obj = self.find(**names)
@@ -57,6 +62,7 @@ class ResourceView(APIView):
         data = {**_require_object(request.data), "name": names["name"]}
         serializer = self.serializer_class(data=data, context=parents)
         serializer.is_valid(raise_exception=True)
+        audit.record(request, action="create", **self.target(**names))
         try:
             with transaction.atomic():
                 created = serializer.save(creator=request.user, **parents)
@@ -73,11 +79,13 @@ class ResourceView(APIView):
         serializer.is_valid(raise_exception=True)
         if request.data.get("name", obj.name) != obj.name:
             raise InvalidRequest("renaming a resource is not supported")
+        audit.record(request, action="change", **self.target(**names))
         return Response(self.serializer_class(serializer.save(), context=parents).data)
 
     def delete(self, request: Any, **names: str) -> Response:
         parents, obj = self.existing(**names)
         self.check(request, auth.ADMIN, parents, obj)
+        audit.record(request, action="delete", **self.target(**names))
         self.before_delete(obj)
         obj.delete()
         return Response(status=204)
@@ -101,6 +109,7 @@ def _refuse_if(children: Any, what: str, obj: Any) -> None:
 
 
 class CoordFrameView(ResourceView):
+    audit_key = "coord"
     serializer_class = CoordinateFrameSerializer
     kind = "coordinate frame"
 
@@ -118,6 +127,7 @@ class CoordFrameView(ResourceView):
 
 
 class CollectionView(ResourceView):
+    audit_key = "collection"
     serializer_class = CollectionSerializer
     kind = "collection"
 
@@ -138,6 +148,7 @@ class CollectionView(ResourceView):
 
 
 class ExperimentView(ResourceView):
+    audit_key = "experiment"
     serializer_class = ExperimentSerializer
     kind = "experiment"
 
@@ -153,6 +164,7 @@ class ExperimentView(ResourceView):
 
 
 class ChannelView(ResourceView):
+    audit_key = "channel"
     serializer_class = ChannelSerializer
     kind = "channel"
 

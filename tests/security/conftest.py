@@ -1,0 +1,72 @@
+"""Attackers' fixtures: the API fixtures (the service wired to moto and Redis, users with tokens),
+and a WSGI call that counts how much of a request body the service read."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from tests.api.conftest import _wired, admin, dataset, grant  # noqa: F401  (fixtures for this folder)
+
+
+class CountingBody(io.RawIOBase):
+    """A request body of `length` bytes that is never built: it counts what was read of it."""
+
+    def __init__(self, length: int):
+        self.length, self.read_bytes = length, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self.length - self.read_bytes)
+        memoryview(buffer).cast("B")[:n] = b"[" * n  # only ever reached by a service that reads the body
+        self.read_bytes += n
+        return n
+
+
+@dataclass
+class Answer:
+    status: int
+    content_type: str
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def wsgi(method: str, path: str, body: CountingBody | bytes = b"", token: str | None = None,
+         content_type: str = "application/json", query: str = "") -> Answer:
+    """One request through the whole Django stack (every middleware), as gunicorn hands it over."""
+    from django.core.handlers.wsgi import WSGIHandler
+
+    stream = body if isinstance(body, CountingBody) else io.BytesIO(body)
+    length = body.length if isinstance(body, CountingBody) else len(body)
+    environ = {"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query, "SCRIPT_NAME": "",
+               "SERVER_NAME": "testserver", "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1",
+               "REMOTE_ADDR": "127.0.0.1", "CONTENT_LENGTH": str(length), "CONTENT_TYPE": content_type,
+               "wsgi.input": stream, "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr,
+               "wsgi.multithread": True, "wsgi.multiprocess": True, "wsgi.run_once": False, "wsgi.version": (1, 0)}
+    if token:
+        environ["HTTP_AUTHORIZATION"] = f"Token {token}"
+    started: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
+        started.update(status=int(status.split()[0]), headers=dict(headers))
+
+    chunks = WSGIHandler()(environ, start_response)
+    data = b"".join(chunks)
+    getattr(chunks, "close", lambda: None)()
+    return Answer(started["status"], started["headers"].get("Content-Type", ""), data)
+
+
+def token_for(username: str, **flags: Any) -> tuple[Any, str]:
+    from django.contrib.auth.models import User
+
+    from ndstore.api.models import ApiToken
+
+    user = User.objects.create(username=username, **flags)
+    return user, ApiToken.mint(user)[1]
