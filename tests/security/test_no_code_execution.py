@@ -146,7 +146,8 @@ SAFE_PARTS = [  # pieces of real array pickles, memo and stack tricks, huge coun
     b"\x8c\x15numpy._core.multiarray\x8c\x0c_reconstruct\x93", b"\x8c\x05numpy\x8c\x07ndarray\x93K\x00\x85C\x01b\x87R",
     b"\x94", b"h\x00", b"q\x05", b"j\xff\xff\xff\x7f", b"r\xff\xff\xff\xff", b"(", b"t", b")", b"\x85", b"\x86",
     b"\x87", b"R", b"b", b"N", b"K\x07", b"\x8e\xff\xff\xff\xff\xff\xff\xff\x7f",
-    b"\x96\x00\x00\x00\x00\x01\x00\x00\x00", b"B\xff\xff\xff\x7f", b"C\x04abcd", b"\x8a\x09" + b"\x01" * 9, b"0", b"1", b"2", b"]", b"}", b"e", b"s", b"u", b"a",
+    b"\x96\x00\x00\x00\x00\x01\x00\x00\x00", b"B\xff\xff\xff\x7f", b"C\x04abcd", b"\x8a\x09" + b"\x01" * 9,
+    b"0", b"1", b"2", b"]", b"}", b"e", b"s", b"u", b"a",
     b"P", b"\x8f", b"\x90", b"\x91", b"\x92", b"\x97", b"\x98", b"i", b"o", b"\x81", b"\x82", b"c", b"\x95" + b"\0" * 8,
 ]
 
