@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import tempfile
 import time
 from pathlib import Path
@@ -63,7 +64,8 @@ def engines(rounds: int, quick: bool) -> dict[str, Any]:
         os.environ.update({**AWS_TEST_CREDENTIALS, "NDSTORE_DATA_DIR": tmp, "NDSTORE_OBJECT_STORE": "file",
                            "NDSTORE_INDEX": "sqlite", "NDSTORE_REDIS_URL": f"redis://127.0.0.1:{port}/0",
                            "NDSTORE_BLAZE_REDIS_URL": f"redis://127.0.0.1:{port}/1",
-                           "NDSTORE_INGEST_ENDPOINT_URL": moto.url, "NDSTORE_FSYNC": "0"})
+                           "NDSTORE_INGEST_ENDPOINT_URL": moto.url, "NDSTORE_FSYNC": "0",
+                           "NDSTORE_SECRET_KEY": secrets.token_hex(16)})
         try:
             from lambdas.runner import QueuePoller
             from ndstore.engine.downsample import DownsampleJob

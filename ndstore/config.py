@@ -78,6 +78,8 @@ class Config:
     ingest_workers: int = field(default_factory=lambda: int(_env("NDSTORE_INGEST_WORKERS", "2")))
     anon_read_rate: str = field(default_factory=lambda: _env("NDSTORE_ANON_READ_RATE", "3000/min"))
     fsync: bool = field(default_factory=lambda: _env("NDSTORE_FSYNC", "1") == "1")
+    # signs what the ingest and downsample handlers trust (ndstore.core.signing); Django's key too
+    secret_key: str = field(default_factory=lambda: _env("NDSTORE_SECRET_KEY", ""), repr=False)
 
     def __post_init__(self) -> None:
         self.anon_read_limit  # noqa: B018  parsed once: a malformed rate stops the service at start

@@ -16,6 +16,7 @@ from blaze.buffer import RedisBlazeBuffer
 from blaze.merge import Merger
 from blaze.tier import BlazeTier
 from ndstore.config import Config
+from ndstore.core.signing import Signer
 from ndstore.engine.base_tier import BaseTier
 from ndstore.engine.cache_tier import CacheTier
 from ndstore.engine.direct import CoherentDirect
@@ -104,10 +105,11 @@ class Services:
         functions = {phase: name for phase, name in (("supercuboid", c.ingest_supercuboid_function),
                                                      ("cleanup", c.ingest_cleanup_function)) if name}
         triggers = (LambdaTriggers(endpoint, c.aws_region), functions) if functions else None
-        return Ingest(S3TileBucket(c.tile_bucket, endpoint, c.aws_region, c.io_parallelism),
+        return Ingest(S3TileBucket(c.tile_bucket, endpoint, c.aws_region, c.io_parallelism,
+                                   c.ingest_public_endpoint_url),
                       DynamoTileIndex(c.tile_index_table, endpoint, c.aws_region),
                       SqsQueues(endpoint, c.aws_region), self.direct, c.ingest_queue_prefix, c.ingest_visibility_s,
-                      c.ingest_max_tries, triggers)
+                      c.ingest_max_tries, Signer(c.secret_key, "ingest"), triggers)
 
     @functools.cached_property
     def downsampler(self) -> Downsampler:
@@ -120,7 +122,7 @@ class Services:
         trigger = (LambdaTriggers(c.ingest_endpoint_url, c.aws_region), c.downsample_function) \
             if c.downsample_function else None
         return DownsampleRuns(self.downsampler, ingest.index, ingest.queues, c.ingest_queue_prefix,
-                              c.ingest_visibility_s, c.ingest_max_tries, trigger)
+                              c.ingest_visibility_s, c.ingest_max_tries, Signer(c.secret_key, "downsample"), trigger)
 
     @functools.cached_property
     def rate_limiter(self) -> RedisRateLimiter:

@@ -101,6 +101,7 @@ def service_env(
         "NDSTORE_REDIS_URL": redis_url,
         "NDSTORE_BLAZE_REDIS_URL": blaze_redis_url,
         "NDSTORE_DATA_DIR": str(tmp_path_factory.mktemp("data")),
+        "NDSTORE_SECRET_KEY": "test-secret-key-of-the-suite-only",
         "NDSTORE_MAX_BODY_BYTES": str(64 << 20),
         "NDSTORE_MAX_CUTOUT_BYTES": str(256 << 20),
     }

@@ -73,6 +73,9 @@ urlpatterns = [
     path("v1/ingest/<int:job_id>/", ingest.IngestJobView.as_view()),
     path("v1/ingest/<int:job_id>/complete/", ingest.IngestJobComplete.as_view()),
     path("v1/ingest/<int:job_id>/retry/", ingest.IngestJobRetry.as_view()),
+    path("v1/ingest/<int:job_id>/tasks/", ingest.IngestTasks.as_view()),
+    path("v1/ingest/<int:job_id>/tasks/failed/", ingest.IngestFailedTasks.as_view()),
+    path("v1/ingest/<int:job_id>/uploads/", ingest.IngestUploads.as_view()),
     path("v1/blaze/merge/<slug:request_id>/", blaze.BlazeMergeRequestView.as_view()),
     *[path(f"precomputed/<name:collection>/<name:experiment>/<name:channel>/{tail}", view.as_view())
       for tail, view in precomputed.ROUTES],

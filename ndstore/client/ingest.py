@@ -1,13 +1,15 @@
 """`ndstore ingest`: the tile-upload client a lab runs next to its microscope.
 
-It creates (or resumes) an ingest job through the service, fills the job's upload queue with the
-manifest of tile names once, then runs N uploader processes: each takes a task from the queue,
-reads the tile from local disk, checks it, and puts it into the tile bucket with the task's
-receipt as metadata; the pipeline's first handler deletes the task when it records the tile.
-Killed at any moment and started again, it resumes from the queue: a task whose tile the index
-already holds is dropped without an upload; a task a killed uploader held comes back after the
-queue's visibility timeout. A tile that is missing or malformed goes to the dead-letter queue with
-the reason, is listed in the summary, and can be requeued after it is fixed (`--retry-failed`).
+It creates (or resumes) an ingest job through the service and runs N uploader processes. The
+client holds nothing but its NDStore token: each uploader leases upload tasks of its job from the
+service (which queues the job's manifest as it goes), reads each tile from local disk, checks it,
+and asks the service for leave to upload it: a presigned PUT to the tile bucket, signed for that
+tile's key and that content's SHA-256 only. The pipeline's first handler records the tile and
+deletes its task. Killed at any moment and started again, it resumes: the service hands out only
+tasks whose tile is not recorded; a task a killed uploader held comes back after the queue's
+visibility timeout. A tile that is missing or malformed is reported to the service with the reason
+(the job's dead-letter queue), listed in the summary, and can be requeued after it is fixed
+(`--retry-failed`).
 """
 
 from __future__ import annotations
@@ -28,12 +30,8 @@ import requests
 from PIL import Image
 from tqdm import tqdm
 
-from ndstore.core.errors import InvalidBody, InvalidRequest, StorageError
+from ndstore.core.errors import InvalidBody, InvalidRequest
 from ndstore.core.tiles import TileRef
-from ndstore.engine.ingest import IngestJob, failed_upload_task, fill_manifest, parse_upload_task
-from ndstore.storage.sqs import Message, SqsQueues
-from ndstore.storage.tile_bucket import QUEUE, RECEIPT, S3TileBucket
-from ndstore.storage.tile_index import DynamoTileIndex
 
 Reader = Callable[[TileRef], "bytes | Path"]
 
@@ -63,15 +61,25 @@ class TileSource:
 @dataclass
 class Summary:
     uploaded: int = 0
-    skipped: int = 0  # the index held the tile already (a resumed run)
     bytes: int = 0
     failed: list[dict[str, str]] = field(default_factory=list)
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"uploaded": self.uploaded, "skipped": self.skipped, "failed": self.failed,
+        return {"uploaded": self.uploaded, "failed": self.failed,
                 "MB": round(self.bytes / 1e6, 3), "seconds": round(self.seconds, 2),
                 "MB_per_s": round(self.bytes / 1e6 / self.seconds, 2) if self.seconds else 0.0}
+
+
+class ServiceRefused(InvalidRequest):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def final(self) -> bool:
+        """Asking again will not help (no token, no permission, no such job, job finished)."""
+        return self.status in (401, 403, 404, 409)
 
 
 class IngestClient:
@@ -85,7 +93,8 @@ class IngestClient:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         r = self.http.request(method, f"{self.server}/v1/ingest/{path}", timeout=self.timeout_s, **kwargs)
         if r.status_code >= 400:
-            raise InvalidRequest(f"the service answered {r.status_code} to {method} /v1/ingest/{path}: {r.text}")
+            raise ServiceRefused(r.status_code, f"the service answered {r.status_code} to {method} /v1/ingest/{path}: "
+                                                f"{r.text}")
         return r.json() if r.content else None
 
     def create(self, fields: dict[str, Any]) -> dict[str, Any]:
@@ -100,46 +109,40 @@ class IngestClient:
     def complete(self, job_id: int) -> dict[str, Any]:
         return self._call("POST", f"{job_id}/complete/")  # type: ignore[no-any-return]
 
+    def lease(self, job_id: int, count: int) -> dict[str, Any]:
+        return self._call("POST", f"{job_id}/tasks/", json={"max": count})  # type: ignore[no-any-return]
+
+    def uploads(self, job_id: int, tiles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return self._call("POST", f"{job_id}/uploads/", json={"tiles": tiles})["uploads"]  # type: ignore[no-any-return]
+
+    def report_failed(self, job_id: int, tasks: list[dict[str, Any]]) -> int:
+        return int(self._call("POST", f"{job_id}/tasks/failed/", json={"tasks": tasks})["failed"])
+
 
 @dataclass(frozen=True)
-class _Endpoints:
-    """What an uploader process needs to reach the pipeline (picklable)."""
+class JobShape:
+    """What an uploader needs to check a tile: the job's box and tile size (picklable)."""
 
-    endpoint_url: str | None
-    region: str
-    tile_bucket: str
-    tile_index_table: str
-    spec: str
+    job_id: int
+    box: tuple[tuple[int, int], tuple[int, int]]  # (x start, stop), (y start, stop)
+    tile_x: int
+    tile_y: int
 
     @classmethod
-    def of(cls, job: dict[str, Any]) -> _Endpoints:
-        return cls(job["endpoint_url"], job["region"], job["tile_bucket"], job["tile_index_table"], job["spec"])
+    def of(cls, job: dict[str, Any]) -> JobShape:
+        box = job["box"]
+        return cls(int(job["id"]), (tuple(box["x"]), tuple(box["y"])),  # type: ignore[arg-type]
+                   int(job["tile_size"]["x"]), int(job["tile_size"]["y"]))
 
-    def adapters(self) -> tuple[IngestJob, S3TileBucket, DynamoTileIndex, SqsQueues]:
-        _local_credentials(self.endpoint_url)
-        return (IngestJob.from_json(self.spec), S3TileBucket(self.tile_bucket, self.endpoint_url, self.region, 4),
-                DynamoTileIndex(self.tile_index_table, self.endpoint_url, self.region),
-                SqsQueues(self.endpoint_url, self.region))
-
-
-def _local_credentials(endpoint_url: str | None) -> None:
-    """`ndstore up`'s ingest endpoint (moto, on loopback) takes any credentials, but boto3 sends
-    none without some: give it placeholders there, and only there, when none are configured."""
-    import os
-    from urllib.parse import urlparse
-
-    import boto3
-
-    host = urlparse(endpoint_url or "").hostname
-    if host in ("127.0.0.1", "localhost", "::1") and boto3.session.Session().get_credentials() is None:
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    def clipped(self, tile: TileRef) -> tuple[int, int]:
+        """(width, height) of the tile's part inside the box."""
+        x0, y0 = tile.x_index * self.tile_x, tile.y_index * self.tile_y
+        return min(x0 + self.tile_x, self.box[0][1]) - x0, min(y0 + self.tile_y, self.box[1][1]) - y0
 
 
-def check_tile(body: bytes, what: str, job: IngestJob, tile: TileRef) -> None:
+def check_tile(body: bytes, what: str, job: JobShape, tile: TileRef) -> None:
     """A cheap look at the image header: readable, one band, the tile's size."""
-    box = job.layout.tile_box(tile)
-    clipped = (box.hi[0] - box.lo[0], box.hi[1] - box.lo[1])
+    clipped = job.clipped(tile)
     try:
         with Image.open(io.BytesIO(body)) as image:
             size, bands = image.size, len(image.getbands())
@@ -152,100 +155,110 @@ def check_tile(body: bytes, what: str, job: IngestJob, tile: TileRef) -> None:
                           f"(or {clipped[0]}x{clipped[1]} at the box edge)")
 
 
-def _uploader(endpoints: _Endpoints, source: TileSource, reports: Any, stop: Any) -> None:
+@dataclass(frozen=True)
+class _Connection:
+    """How an uploader process reaches the service (picklable)."""
+
+    server: str
+    token: str | None
+    timeout_s: float
+
+    def client(self) -> IngestClient:
+        return IngestClient(self.server, self.token, self.timeout_s)
+
+
+def _uploader(connection: _Connection, shape: JobShape, source: TileSource, reports: Any, stop: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us through `stop`
-    job, tiles, index, queues = endpoints.adapters()
-    upload_url = queues.url(job.queue("upload"))
-    dlq_url = queues.url(f"{job.queue('upload')}-dlq")
-    if upload_url is None or dlq_url is None:
-        reports.put(("fatal", f"the upload queue of job {job.job_id} does not exist (completed or cancelled?)", 0))
-        return
-    read = source.reader(job.tile_x, job.tile_y)
+    client, read = connection.client(), source.reader(shape.tile_x, shape.tile_y)
+    store = requests.Session()  # no token: the tile store is reached with presigned URLs only
     while not stop.is_set():
         try:
-            messages = queues.receive(upload_url, 10, wait_s=1)
-        except StorageError as exc:  # a flaky network: keep trying; the tasks wait in the queue
-            reports.put(("retry", "the upload queue", str(exc)))
+            tasks = client.lease(shape.job_id, 10)["tasks"]
+        except (ServiceRefused, requests.RequestException) as exc:
+            if isinstance(exc, ServiceRefused) and exc.final:
+                reports.put(("fatal", str(exc), 0))
+                return
+            reports.put(("retry", "leasing upload tasks", str(exc)))
             stop.wait(2)
             continue
-        for message in messages:
-            try:
-                _upload_one(message, job, tiles, index, queues, upload_url, dlq_url, read, reports)
-            except StorageError as exc:  # the task stays in the queue and comes back after its timeout
-                reports.put(("retry", parse_upload_task(message.body)[2], str(exc)))
+        if not tasks:
+            stop.wait(1)
+            continue
+        try:
+            _upload_batch(client, store, shape, tasks, read, reports)
+        except (ServiceRefused, requests.RequestException) as exc:  # the tasks come back after their timeout
+            reports.put(("retry", f"{len(tasks)} tiles", str(exc)))
 
 
-def _upload_one(message: Message, job: IngestJob, tiles: S3TileBucket, index: DynamoTileIndex, queues: SqsQueues,
-                upload_url: str, dlq_url: str, read: Reader, reports: Any) -> None:
-    layout = job.layout
-    _, tile, key = parse_upload_task(message.body)
-    row = job.row(layout.supercuboid_of(tile))
-    if index.has_tile(row, layout.ordinal(tile)):
-        queues.delete_message(upload_url, message.receipt)
-        reports.put(("skipped", key, 0))
+def _read_checked(task: dict[str, Any], shape: JobShape, read: Reader) -> bytes:
+    tile = TileRef(*task["tile"])
+    where = read(tile)
+    what = f"tile {tile} ({where})" if isinstance(where, Path) else f"tile {tile}"
+    body = where.read_bytes() if isinstance(where, Path) else where
+    check_tile(body, what, shape, tile)
+    return body
+
+
+def _upload_batch(client: IngestClient, store: requests.Session, shape: JobShape, tasks: list[dict[str, Any]],
+                  read: Reader, reports: Any) -> None:
+    """Read and check each leased tile, report the ones that fail, upload the rest."""
+    import hashlib
+
+    bodies, failed = [], []
+    for task in tasks:
+        try:
+            bodies.append((task, _read_checked(task, shape, read)))
+        except (OSError, InvalidBody) as exc:
+            error = f"file {exc.filename} cannot be read: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+            failed.append({**task, "error": error})
+    if failed:
+        client.report_failed(shape.job_id, failed)
+        for task in failed:
+            reports.put(("failed", str(TileRef(*task["tile"])), task["error"]))
+    if not bodies:
         return
-    try:
-        where = read(tile)
-        what = f"tile {tile} ({where})" if isinstance(where, Path) else f"tile {tile}"
-        body = where.read_bytes() if isinstance(where, Path) else where
-        check_tile(body, what, job, tile)
-    except (OSError, InvalidBody) as exc:
-        error = f"file {exc.filename} cannot be read: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
-        queues.send(dlq_url, [failed_upload_task(message.body, error)])
-        queues.delete_message(upload_url, message.receipt)
-        reports.put(("failed", key, error))
-        return
-    tiles.put(key, body, {RECEIPT: message.receipt, QUEUE: upload_url})
-    reports.put(("uploaded", key, len(body)))
+    targets = client.uploads(shape.job_id, [{**task, "sha256": hashlib.sha256(body).hexdigest()}
+                                            for task, body in bodies])
+    for (task, body), target in zip(bodies, targets):
+        r = store.put(target["url"], data=body, headers=target["headers"], timeout=client.timeout_s)
+        if r.status_code >= 300:
+            reports.put(("retry", str(TileRef(*task["tile"])), f"the tile store answered {r.status_code}"))
+        else:
+            reports.put(("uploaded", str(TileRef(*task["tile"])), len(body)))
 
 
 def run_ingest(client: IngestClient, job: dict[str, Any], source: TileSource, processes: int = 4,
                progress: bool = True, poll_s: float = 1.0, echo: Callable[[str], None] = print) -> Summary:
-    """Fill the manifest, upload every tile, and wait until the pipeline recorded them all."""
+    """Upload every tile, and wait until the pipeline recorded them all (or they failed)."""
     started = time.monotonic()
-    endpoints = _Endpoints.of(job)
-    spec, _, index, queues = endpoints.adapters()
-    upload_url = queues.url(spec.queue("upload"))
-    if upload_url is None:
-        raise InvalidRequest(f"ingest job {spec.job_id} has no upload queue: it is {job['state']}")
-    total = spec.layout.tile_count()
-    with tqdm(total=total, desc="queueing tasks", unit="task", disable=not progress) as bar:
-        bar.update(index.job(spec.name)["manifest_sent"])
-        for sent in fill_manifest(spec, index, queues, upload_url):
-            bar.update(sent - bar.n)
+    if job["state"] != "uploading":
+        raise InvalidRequest(f"ingest job {job['id']} is {job['state']}; it takes no more tiles")
+    shape = JobShape.of(job)
     summary = Summary()
     context = multiprocessing.get_context("spawn")
     reports, stop = context.Queue(), context.Event()
-    procs = [context.Process(target=_uploader, args=(endpoints, source, reports, stop), daemon=True)
+    connection = _Connection(client.server, client.http.headers.get("Authorization", "").partition(" ")[2] or None,
+                             client.timeout_s)
+    procs = [context.Process(target=_uploader, args=(connection, shape, source, reports, stop), daemon=True)
              for _ in range(processes)]
     for p in procs:
         p.start()
-    done_before = index.job(spec.name)["tiles_uploaded"]
-    bar = tqdm(total=total, initial=done_before, desc=f"job {spec.job_id} tiles", unit="tile", disable=not progress)
+    total = int(job["tile_count"])
+    bar = tqdm(total=total, desc=f"job {shape.job_id} tiles", unit="tile", disable=not progress)
     idle_polls, next_poll = 0, time.monotonic() + poll_s
     try:
         while idle_polls < 2:
             try:
-                kind, key, value = reports.get(timeout=0.2)
-                if kind == "fatal":
-                    raise InvalidRequest(str(key))
-                if kind == "uploaded":
-                    summary.uploaded += 1
-                    summary.bytes += int(value)
-                    bar.update(1)
-                    bar.set_postfix(MBps=f"{summary.bytes / 1e6 / max(1e-6, time.monotonic() - started):.1f}")
-                elif kind == "skipped":
-                    summary.skipped += 1
-                elif kind == "retry":
-                    bar.write(f"will retry {key}: {value}")
-                else:
-                    summary.failed.append({"key": str(key), "error": str(value)})
-                    bar.write(f"failed: {key}: {value}")
+                _take_report(reports.get(timeout=0.2), summary, bar, started)
             except queue_lib.Empty:
                 pass
             if time.monotonic() >= next_poll:
-                counts = queues.counts(upload_url)
-                idle_polls = idle_polls + 1 if counts.total == 0 else 0
+                status = client.get(shape.job_id).get("status") or {}
+                bar.update(status.get("tiles", {}).get("uploaded", bar.n) - bar.n)
+                upload = status.get("queues", {}).get("upload", {})
+                finished = (status.get("tiles", {}).get("queued_for_upload") == total
+                            and upload.get("waiting", 1) + upload.get("in_flight", 1) == 0)
+                idle_polls = idle_polls + 1 if finished else 0
                 next_poll = time.monotonic() + poll_s
                 if not any(p.is_alive() for p in procs):
                     raise InvalidRequest("every uploader process exited; see the messages above")
@@ -257,6 +270,21 @@ def run_ingest(client: IngestClient, job: dict[str, Any], source: TileSource, pr
                 p.kill()
         bar.close()
     summary.seconds = time.monotonic() - started
-    status = client.get(spec.job_id).get("status", {})
-    echo(json.dumps({"job": spec.job_id, **summary.as_dict(), "pipeline": status}, indent=1))
+    status = client.get(shape.job_id).get("status", {})
+    echo(json.dumps({"job": shape.job_id, **summary.as_dict(), "pipeline": status}, indent=1))
     return summary
+
+
+def _take_report(report: tuple[str, str, Any], summary: Summary, bar: Any, started: float) -> None:
+    kind, key, value = report
+    if kind == "fatal":
+        raise InvalidRequest(str(key))
+    if kind == "uploaded":
+        summary.uploaded += 1
+        summary.bytes += int(value)
+        bar.set_postfix(MBps=f"{summary.bytes / 1e6 / max(1e-6, time.monotonic() - started):.1f}")
+    elif kind == "retry":
+        bar.write(f"will retry {key}: {value}")
+    else:
+        summary.failed.append({"key": str(key), "error": str(value)})
+        bar.write(f"failed: {key}: {value}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -86,10 +87,22 @@ class LocalStack:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def secret_key(self) -> str:
+        """NDSTORE_SECRET_KEY when set, else one made for this data directory at its first start
+        (kept in `secret_key`, 0600): it signs what the ingest handlers trust."""
+        if os.environ.get("NDSTORE_SECRET_KEY"):
+            return os.environ["NDSTORE_SECRET_KEY"]
+        path = self.data_dir / "secret_key"
+        if not path.exists():
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_hex(32))
+        return path.read_text().strip()
+
     def environment(self) -> dict[str, str]:
         env = {
             **os.environ,
             **MALLOC_TUNING,
+            "NDSTORE_SECRET_KEY": self.secret_key(),
             "NDSTORE_DATA_DIR": str(self.data_dir),
             "NDSTORE_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
             "NDSTORE_BLAZE_REDIS_URL": f"redis://127.0.0.1:{self.blaze_redis_port}/0",

@@ -105,9 +105,9 @@ class TileLayout:
         return (hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]) * len(self.times)
 
     def region_of(self, sc: SupercuboidRef) -> Box:
-        """The part of a supercuboid this job writes."""
+        """The part of a supercuboid this job writes; InvalidRequest for one it does not touch."""
         region = self.grid.supercuboid_box(sc.index).intersect(self.box)
-        if region is None:
+        if region is None or sc.t not in self.times:
             raise InvalidRequest(f"supercuboid {sc.index} lies outside the ingest box {self.box}")
         return region
 
@@ -128,7 +128,10 @@ class TileLayout:
 
     def ordinal(self, tile: TileRef) -> int:
         """The tile's number among its supercuboid's tiles (the order of `tiles_of`)."""
-        xs, ys, zs = self._tile_ranges(self.supercuboid_of(tile))
+        try:
+            xs, ys, zs = self._tile_ranges(self.supercuboid_of(tile))
+        except InvalidRequest:
+            xs = ys = zs = range(0)
         if tile.x_index not in xs or tile.y_index not in ys or tile.z not in zs or tile.t not in self.times:
             raise InvalidRequest(f"tile {tile} is not part of this ingest")
         return ((tile.z - zs.start) * len(ys) + tile.y_index - ys.start) * len(xs) + tile.x_index - xs.start

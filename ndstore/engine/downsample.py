@@ -23,6 +23,7 @@ from ndstore.core.downsample import reduce
 from ndstore.core.errors import NotFound
 from ndstore.core.geometry import Box
 from ndstore.core.keys import SEPARATOR
+from ndstore.core.signing import BadSignature, Signer
 from ndstore.engine.direct import CoherentDirect
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.storage.interfaces import SupercuboidIndex
@@ -131,9 +132,11 @@ class DownsampleRuns:
     """Builds driven by SQS: one task per parent; the task that completes a level queues the next."""
 
     def __init__(self, downsampler: Downsampler, state: DynamoTileIndex, queues: SqsQueues, queue_prefix: str,
-                 visibility_s: int, max_tries: int, trigger: tuple[LambdaTriggers, str] | None = None):
-        """`trigger`: on AWS, the Lambda API and the function a job's queue triggers; None where
-        the local runner polls the queues."""
+                 visibility_s: int, max_tries: int, signer: Signer, trigger: tuple[LambdaTriggers, str] | None = None):
+        """`signer`: the service's key; a run's record (its channel) is sealed with it, so whoever
+        can write the state table cannot point a run at another channel. `trigger`: on AWS, the
+        Lambda API and the function a job's queue triggers; None where the local runner polls."""
+        self.signer = signer
         self.trigger = trigger
         self.downsampler = downsampler
         self.state = state
@@ -146,7 +149,7 @@ class DownsampleRuns:
     def start(self, job: DownsampleJob) -> int:
         """Record the job, create its queue and queue level 1; returns the level-1 task count."""
         self.state.ensure_ready()
-        self.state.put_job(job.name, job.to_json())
+        self.state.put_job(job.name, self.signer.seal(job.name, job.to_json()))
         url = self.queues.create(job.queue, self.visibility_s, self.max_tries)
         if self.trigger:
             self.trigger[0].attach(self.queues.arn(url), self.trigger[1])
@@ -163,10 +166,14 @@ class DownsampleRuns:
 
     def job(self, job_id: int) -> DownsampleJob:
         if job_id not in self._jobs:
-            raw = self.state.job_spec(f"ds&{job_id}")
-            if raw is None:
+            name = f"ds&{job_id}"
+            sealed = self.state.job_spec(name)
+            if sealed is None:
                 raise NotFound(f"no downsample job {job_id}")
-            self._jobs[job_id] = DownsampleJob.from_json(raw)
+            job = DownsampleJob.from_json(self.signer.open(name, sealed))
+            if job.job_id != job_id or job.queue_prefix != self.queue_prefix:
+                raise BadSignature(f"the record of downsample job {job_id} describes another job")
+            self._jobs[job_id] = job
         return self._jobs[job_id]
 
     def handle(self, body: str) -> str:

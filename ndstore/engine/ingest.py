@@ -1,32 +1,52 @@
-"""Tile ingest: the job's description, and the three phases of the pipeline that the lambdas
-(or the local runner) call: a tile arrived, build a supercuboid, clean up its tiles.
+"""Tile ingest: the job's description, the upload work the service hands out, and the three
+phases of the pipeline that the lambdas (or the local runner) call: a tile arrived, build a
+supercuboid, clean up its tiles.
 
 A task leaves its queue only after the next phase's task is queued (the caller deletes a message
 only when its phase returned); every phase can run twice with the same result.
+
+The server alone decides what a job writes where (DESIGN §9). Uploaders hold no credentials for
+the queues, the tile index or the bucket: through the service they lease upload tasks of their
+own job and get, per tile, a presigned PUT that carries the service's signature of the tile's
+key, content digest and task. A job's target (channel, box, dtype, tile size) is read from a
+record the service sealed with its secret; a handler ignores a record or a tile it cannot verify,
+and builds a supercuboid only from tiles whose bytes are the ones their uploader was given leave
+to send (docs/design/ingest.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-from collections.abc import Iterator
+import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from ndstore.core.errors import NotFound, StorageError
+from ndstore.core.errors import InvalidRequest, NotFound, StorageError
 from ndstore.core.geometry import Box
+from ndstore.core.signing import BadSignature, Signer
 from ndstore.core.tiles import SupercuboidRef, TileLayout, TileRef, decode_tile, parse_tile_key, tile_key
 from ndstore.engine.direct import CoherentDirect
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.storage.lambda_triggers import LambdaTriggers
 from ndstore.storage.sqs import QueueCounts, SqsQueues
-from ndstore.storage.tile_bucket import QUEUE, RECEIPT, S3TileBucket
+from ndstore.storage.tile_bucket import RECEIPT, SHA256, SIGNATURE, S3TileBucket, UploadTarget
 from ndstore.storage.tile_index import DynamoTileIndex
 
 log = logging.getLogger("ndstore.ingest")
 PHASES = ("upload", "supercuboid", "cleanup")
+MANIFEST_CHUNK = 500  # upload tasks queued per lease while the manifest is not all queued
+MAX_LEASE = 100
+UPLOAD_URL_S = 3600
+_SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
+
+
+class Refused(InvalidRequest):
+    """A tile or task the pipeline will not ingest: not its job's, not signed, not as signed."""
 
 
 @dataclass(frozen=True)
@@ -76,9 +96,17 @@ def upload_task(job: IngestJob, tile: TileRef) -> str:
                        "key": job.tile_key(tile)})
 
 
+def tile_ref(value: Any) -> TileRef:
+    """A tile as a client or a queue message names it: [t, z, y, x], non-negative integers."""
+    if not (isinstance(value, list) and len(value) == 4
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31 for v in value)):
+        raise InvalidRequest(f"a tile is [t, z, y index, x index] of non-negative integers, not {value!r}"[:200])
+    return TileRef(*value)
+
+
 def parse_upload_task(body: str) -> tuple[int, TileRef, str]:
     task = json.loads(body)
-    return int(task["job"]), TileRef(*task["tile"]), str(task["key"])
+    return int(task["job"]), tile_ref(task["tile"]), str(task["key"])
 
 
 def _supercuboid_task(job: IngestJob, sc: SupercuboidRef) -> str:
@@ -87,35 +115,43 @@ def _supercuboid_task(job: IngestJob, sc: SupercuboidRef) -> str:
 
 def _parse_supercuboid_task(body: str) -> tuple[int, SupercuboidRef]:
     task = json.loads(body)
-    return int(task["job"]), SupercuboidRef(int(task["t"]), tuple(task["index"]))
+    index = task["index"]
+    if not (isinstance(index, list) and len(index) == 3 and all(isinstance(i, int) for i in index)):
+        raise Refused(f"a supercuboid task names no supercuboid: {body[:200]}")
+    return int(task["job"]), SupercuboidRef(int(task["t"]), (index[0], index[1], index[2]))
 
 
-def fill_manifest(job: IngestJob, index: DynamoTileIndex, queues: SqsQueues, upload_url: str,
-                  chunk: int = 200) -> Iterator[int]:
-    """Queue an upload task per tile, resuming after the last chunk recorded as sent; yields the
-    count sent so far. A crash between sending a chunk and recording it sends that chunk again:
-    the uploader skips a tile the index already holds, so no tile is needed twice."""
-    total = job.layout.tile_count()
-    sent = index.job(job.name)["manifest_sent"]
-    tiles = job.layout.manifest()
-    for _ in range(sent):
-        next(tiles)
-    while sent < total:
-        batch = [upload_task(job, t) for _, t in zip(range(chunk), tiles)]
-        queues.send(upload_url, batch)
-        sent += len(batch)
-        index.set_manifest_sent(job.name, sent)
-        yield sent
+@dataclass(frozen=True)
+class Lease:
+    """An upload task given to the job's uploader: the tile, and the receipt that deletes it."""
+
+    tile: TileRef
+    receipt: str
+
+
+@dataclass(frozen=True)
+class TileUpload:
+    """What an uploader sends once it has read a leased tile: its content's SHA-256."""
+
+    tile: TileRef
+    receipt: str
+    sha256: str
+
+
+def tile_digest(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
 
 
 class Ingest:
     """The ingest pipeline's state (tile index, queues, tile bucket) and its three phases."""
 
     def __init__(self, tiles: S3TileBucket, index: DynamoTileIndex, queues: SqsQueues, direct: CoherentDirect,
-                 queue_prefix: str, visibility_s: int, max_tries: int,
+                 queue_prefix: str, visibility_s: int, max_tries: int, signer: Signer,
                  triggers: tuple[LambdaTriggers, dict[str, str]] | None = None):
-        """`triggers`: on AWS, the Lambda API and the function of each phase ("supercuboid",
+        """`signer`: the service's key for what uploaders and the tile index must not be able to
+        forge. `triggers`: on AWS, the Lambda API and the function of each phase ("supercuboid",
         "cleanup") that a job's queues trigger; None where the local runner polls the queues."""
+        self.signer = signer
         self.triggers = triggers
         self.tiles = tiles
         self.index = index
@@ -148,7 +184,7 @@ class Ingest:
         if not self._ready:
             self.ensure_ready(notify_events_queue)
             self._ready = True
-        self.index.put_job(job.name, job.to_json())
+        self.index.put_job(job.name, self.signer.seal(job.name, job.to_json()))
         urls = {phase: self.queues.create(job.queue(phase), visibility_s or self.visibility_s, self.max_tries)
                 for phase in PHASES}
         if self.triggers:
@@ -158,11 +194,15 @@ class Ingest:
         return urls
 
     def job(self, job_id: int) -> IngestJob:
+        """The job as the service recorded it; BadSignature for a record it did not seal."""
         if job_id not in self._jobs:
-            raw = self.index.job_spec(str(job_id))
-            if raw is None:
+            sealed = self.index.job_spec(str(job_id))
+            if sealed is None:
                 raise NotFound(f"no ingest job {job_id} in the tile index")
-            self._jobs[job_id] = IngestJob.from_json(raw)
+            job = IngestJob.from_json(self.signer.open(str(job_id), sealed))
+            if job.job_id != job_id or job.queue_prefix != self.queue_prefix:
+                raise BadSignature(f"the record of ingest job {job_id} describes another job")
+            self._jobs[job_id] = job
         return self._jobs[job_id]
 
     def url(self, queue: str) -> str:
@@ -173,6 +213,88 @@ class Ingest:
             self._urls[queue] = url
         return self._urls[queue]
 
+    # -- upload work, handed out by the service --------------------------------------------------
+    def lease(self, job: IngestJob, count: int) -> list[Lease]:
+        """Up to `count` upload tasks of the job for its uploader, hidden from other uploaders
+        for the queue's visibility timeout. While the manifest is not all queued, the next chunk
+        is queued first (two uploaders may queue the same chunk: a task's tile then goes up
+        twice, and the second is recorded as a duplicate). Tasks whose tile the index holds
+        already are deleted, not handed out."""
+        self._queue_manifest_chunk(job)
+        upload_url = self.url(job.queue("upload"))
+        leases: list[Lease] = []
+        for message in self.queues.receive(upload_url, min(count, MAX_LEASE), wait_s=1):
+            _, tile, _ = parse_upload_task(message.body)
+            if self.index.has_tile(job.row(job.layout.supercuboid_of(tile)), job.layout.ordinal(tile)):
+                self.queues.delete_message(upload_url, message.receipt)
+            else:
+                leases.append(Lease(tile, message.receipt))
+        return leases
+
+    def upload_progress(self, job: IngestJob) -> dict[str, Any]:
+        """How far the upload is: tasks queued of the manifest, waiting and leased (approximate,
+        as SQS counts); `done` when all were queued and none is left."""
+        total, queued = job.layout.tile_count(), self.index.job(job.name)["manifest_sent"]
+        counts = self.queues.counts(self.url(job.queue("upload")))
+        return {"total": total, "queued": queued, "waiting": counts.waiting, "leased": counts.in_flight,
+                "done": queued >= total and counts.total == 0}
+
+    def _queue_manifest_chunk(self, job: IngestJob) -> None:
+        total, sent = job.layout.tile_count(), self.index.job(job.name)["manifest_sent"]
+        if sent >= total:
+            return
+        tiles = job.layout.manifest()
+        for _ in range(sent):
+            next(tiles)
+        batch = [upload_task(job, t) for _, t in zip(range(MANIFEST_CHUNK), tiles)]
+        self.queues.send(self.url(job.queue("upload")), batch)
+        self.index.advance_manifest(job.name, sent, sent + len(batch))
+
+    def grant_uploads(self, job: IngestJob, uploads: Sequence[TileUpload]) -> list[UploadTarget]:
+        """A presigned PUT per tile, for its key in the job's prefix only, whose metadata carries
+        the service's signature of (key, content SHA-256, task receipt). A tile outside the job's
+        manifest is refused."""
+        targets = []
+        for upload in uploads:
+            job.layout.ordinal(upload.tile)  # InvalidRequest for a tile that is not the job's
+            if not _SHA256.match(upload.sha256):
+                raise InvalidRequest(f"sha256 of tile {upload.tile} must be 64 lowercase hex digits")
+            if not 0 < len(upload.receipt) <= 2048:
+                raise InvalidRequest(f"the receipt of tile {upload.tile} is missing or too long")
+            key = job.tile_key(upload.tile)
+            targets.append(self.tiles.upload_target(key, self._leave(key, upload.sha256, upload.receipt), UPLOAD_URL_S))
+        return targets
+
+    def put_tile(self, job: IngestJob, tile: TileRef, body: bytes, receipt: str) -> str:
+        """Store a tile the service received itself, as a PUT it granted would; returns its key."""
+        job.layout.ordinal(tile)
+        key = job.tile_key(tile)
+        self.tiles.put(key, body, self._leave(key, tile_digest(body), receipt))
+        return key
+
+    def _leave(self, key: str, sha256: str, receipt: str) -> dict[str, str]:
+        """The metadata that gives a tile leave to be ingested: the service's signature of it."""
+        return {RECEIPT: receipt, SHA256: sha256, SIGNATURE: self.signer.sign(key, sha256, receipt)}
+
+    def report_failed(self, job: IngestJob, failures: Sequence[tuple[Lease, str]]) -> int:
+        """Tiles the uploader could not read or that failed its checks: to the dead-letter queue
+        with the reason (listed by status, requeued by retry_failed), their tasks deleted."""
+        upload_url, dlq = self.url(job.queue("upload")), self.url(f"{job.queue('upload')}-dlq")
+        for lease, error in failures:
+            job.layout.ordinal(lease.tile)
+            self.queues.send(dlq, [failed_upload_task(upload_task(job, lease.tile), error[:1000])])
+            self.queues.delete_message(upload_url, lease.receipt)
+        return len(failures)
+
+    def _verify(self, key: str, metadata: dict[str, str], body: bytes | None = None) -> None:
+        """The tile is one the service gave leave to upload, and (given its bytes) unchanged."""
+        sha, receipt, signature = (metadata.get(k, "") for k in (SHA256, RECEIPT, SIGNATURE))
+        if not signature or not self.signer.verify(signature, key, sha, receipt):
+            raise Refused(f"tile {key} does not carry the service's signature: it was not uploaded with leave "
+                          "from this service (or its metadata was changed)")
+        if body is not None and tile_digest(body) != sha:
+            raise Refused(f"tile {key} is not the content its uploader was given leave to send (SHA-256 differs)")
+
     # -- phase 1: a tile arrived -----------------------------------------------------------------
     def tile_uploaded(self, key: str) -> str:
         """Record the tile, delete its upload task, queue its supercuboid's task when it was the
@@ -180,21 +302,28 @@ class Ingest:
         try:
             job_id, tile = parse_tile_key(key)
             job = self.job(job_id)
-        except (ValueError, NotFound) as exc:  # not a tile, or its job was completed or cancelled
+            if key != job.tile_key(tile):
+                raise Refused(f"{key} is not the key of tile {tile} of job {job_id}")
+            job.layout.ordinal(tile)  # InvalidRequest: not a tile of the job's manifest
+        except (ValueError, NotFound, BadSignature, InvalidRequest) as exc:  # not a tile of a job we know
             log.warning("ignoring %s: %s", key, exc)
             return "ignored"
         metadata = self.tiles.metadata(key)
         if metadata is None:
             return "gone"  # cleaned up already: a late duplicate event
+        try:
+            self._verify(key, metadata)
+        except Refused as exc:
+            log.warning("refusing %s: %s", key, exc)
+            return "refused"
         layout = job.layout
         sc = layout.supercuboid_of(tile)
         row = job.row(sc)
         new = self.index.record_tile(job.name, row, layout.ordinal(tile), layout.tile_count_of(sc))
-        if metadata.get(RECEIPT) and metadata.get(QUEUE):
-            try:
-                self.queues.delete_message(metadata[QUEUE], metadata[RECEIPT])
-            except StorageError:
-                log.info("upload task of %s was deleted already or its receipt expired", key)
+        try:
+            self.queues.delete_message(self.url(job.queue("upload")), metadata[RECEIPT])
+        except (StorageError, NotFound):
+            log.info("upload task of %s was deleted already or its receipt expired", key)
         state = self.index.supercuboid(row)
         if state["queued"] or len(state["tiles"]) < state["expected"]:
             return "recorded" if new else "duplicate"
@@ -211,19 +340,21 @@ class Ingest:
         job_id, sc = _parse_supercuboid_task(body)
         job = self.job(job_id)
         layout = job.layout
-        region = layout.region_of(sc)
+        region = layout.region_of(sc)  # InvalidRequest for a supercuboid the job does not write
         state = self.index.supercuboid(job.row(sc))
         if not state["cleaned"]:  # a rerun after cleanup must not read tiles that are gone
             tiles = layout.tiles_of(sc)
-            blobs = self.tiles.get_many([job.tile_key(t) for t in tiles])
+            blobs = self.tiles.get_many_with_metadata([job.tile_key(t) for t in tiles])
             missing = [str(t) for t, b in zip(tiles, blobs) if b is None]
             if missing:
                 raise StorageError(f"supercuboid {sc.index} t={sc.t} of job {job_id}: tiles missing: "
                                    f"{', '.join(missing[:5])}")
             data = np.zeros((1, *region.shape_zyx), job.channel.dtype)
-            for tile, blob in zip(tiles, blobs):
+            for tile, found in zip(tiles, blobs):
+                blob, metadata = found or (b"", {})
+                self._verify(job.tile_key(tile), metadata, blob)
                 box = layout.tile_box(tile)
-                pixels = decode_tile(blob or b"", f"tile {job.tile_key(tile)}", (job.tile_y, job.tile_x),
+                pixels = decode_tile(blob, f"tile {job.tile_key(tile)}", (job.tile_y, job.tile_x),
                                      (box.hi[1] - box.lo[1], box.hi[0] - box.lo[0]), job.channel.dtype)
                 data[(0, *box.slices_zyx(region.lo))] = pixels[None]
             self.direct.write(Cutout(job.channel, 0, region, range(sc.t, sc.t + 1)), data)
@@ -234,6 +365,7 @@ class Ingest:
     def cleanup(self, body: str) -> None:
         job_id, sc = _parse_supercuboid_task(body)
         job = self.job(job_id)
+        job.layout.region_of(sc)  # InvalidRequest for a supercuboid the job does not write
         self.tiles.delete_many([job.tile_key(t) for t in job.layout.tiles_of(sc)])
         self.index.mark_counted(job.name, job.row(sc), "cleaned", "supercuboids_cleaned", drop_tiles=True)
 

@@ -1,26 +1,46 @@
-"""The ingest tile bucket over S3: tiles with the upload task's receipt as object metadata, and
-the bucket's event notifications to a queue (how the tile-uploaded handler hears of a tile where
-no Lambda trigger exists, e.g. moto's server here)."""
+"""The ingest tile bucket over S3: presigned PUTs for uploaders (who hold no credentials of
+their own), tiles read with their metadata (the upload task's receipt, the content's SHA-256 and
+the service's signature of both), and the bucket's event notifications to a queue (how the
+tile-uploaded handler hears of a tile where no Lambda trigger exists, e.g. moto's server here)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
+import boto3
+from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ndstore.core.errors import StorageError
 from ndstore.storage.s3 import _MISSING, _client, aws_call
 
 RECEIPT = "upload-receipt"  # x-amz-meta-upload-receipt: the upload task's SQS receipt handle
-QUEUE = "upload-queue"  # x-amz-meta-upload-queue: the upload queue's URL
+SHA256 = "upload-sha256"  # the SHA-256 of the content the uploader was given leave to send
+SIGNATURE = "upload-signature"  # the service's signature of (key, SHA-256, receipt)
+
+
+@dataclass(frozen=True)
+class UploadTarget:
+    """Where and how an uploader PUTs one tile: the URL and the headers it must send (signed
+    into the URL: the store refuses the PUT with any other key, headers or after it expires)."""
+
+    url: str
+    headers: dict[str, str]
 
 
 class S3TileBucket:
-    def __init__(self, bucket: str, endpoint_url: str | None = None, region: str = "us-east-1", parallelism: int = 16):
+    def __init__(self, bucket: str, endpoint_url: str | None = None, region: str = "us-east-1", parallelism: int = 16,
+                 public_endpoint_url: str | None = None):
+        """`public_endpoint_url`: where uploaders reach the store, when not at `endpoint_url`."""
         self.bucket = bucket
         self._s3 = _client("s3", endpoint_url, region, parallelism)
+        public = public_endpoint_url or endpoint_url
+        self._presigner = boto3.session.Session().client(  # signs locally: makes no request
+            "s3", endpoint_url=public, region_name=region,
+            config=Config(signature_version="s3v4", s3={"addressing_style": "path" if public else "auto"}))
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="tiles")
 
     def _call(self, fn: Any, **kwargs: Any) -> Any:
@@ -40,6 +60,15 @@ class S3TileBucket:
     def put(self, key: str, body: bytes, metadata: dict[str, str]) -> None:
         self._call(self._s3.put_object, Bucket=self.bucket, Key=key, Body=body, Metadata=metadata)
 
+    def upload_target(self, key: str, metadata: dict[str, str], expires_s: int) -> UploadTarget:
+        """A presigned PUT of `key` whose object metadata must be exactly `metadata`."""
+        try:
+            url = self._presigner.generate_presigned_url(
+                "put_object", Params={"Bucket": self.bucket, "Key": key, "Metadata": metadata}, ExpiresIn=expires_s)
+        except (BotoCoreError, ClientError) as exc:
+            raise StorageError(f"S3 could not presign the upload of {key}: {exc}") from exc
+        return UploadTarget(url, {f"x-amz-meta-{name}": value for name, value in metadata.items()})
+
     def metadata(self, key: str) -> dict[str, str] | None:
         """The tile's metadata, or None when the tile is not (or no longer) there."""
         try:
@@ -49,12 +78,14 @@ class S3TileBucket:
                 return None
             raise StorageError(f"S3 head_object {key} failed: {exc}") from exc
 
-    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+    def get_many_with_metadata(self, keys: Sequence[str]) -> list[tuple[bytes, dict[str, str]] | None]:
+        """Each tile's bytes and metadata (read in one GET), None where it is missing."""
         return list(self._pool.map(self._get, keys))
 
-    def _get(self, key: str) -> bytes | None:
+    def _get(self, key: str) -> tuple[bytes, dict[str, str]] | None:
         try:
-            return self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()  # type: ignore[no-any-return]
+            reply = self._s3.get_object(Bucket=self.bucket, Key=key)
+            return reply["Body"].read(), dict(reply.get("Metadata", {}))
         except ClientError as exc:
             if exc.response["Error"]["Code"] in _MISSING:
                 return None

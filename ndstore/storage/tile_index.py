@@ -135,9 +135,20 @@ class DynamoTileIndex:
                           ConsistentRead=True).get("Item", {})
         return item["spec"]["S"] if "spec" in item else None
 
-    def set_manifest_sent(self, job: str, sent: int) -> None:
-        self._call(self._db.update_item, TableName=self.table, Key=self._key(job),
-                   UpdateExpression="SET manifest_sent = :n", ExpressionAttributeValues={":n": {"N": str(sent)}})
+    def advance_manifest(self, job: str, sent: int, to: int) -> bool:
+        """Record that the manifest's upload tasks up to `to` are queued, if `sent` were before
+        (False: another caller recorded that chunk first)."""
+        try:
+            self._db.update_item(TableName=self.table, Key=self._key(job), UpdateExpression="SET manifest_sent = :to",
+                                 ConditionExpression="attribute_not_exists(manifest_sent) OR manifest_sent = :sent",
+                                 ExpressionAttributeValues={":to": {"N": str(to)}, ":sent": {"N": str(sent)}})
+            return True
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise StorageError(f"DynamoDB update of {job}'s manifest on {self.table} failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageError(f"DynamoDB update of {job}'s manifest on {self.table} failed: {exc}") from exc
 
     def delete(self, keys: Sequence[str]) -> None:
         for i in range(0, len(keys), 25):

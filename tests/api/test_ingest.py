@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 from ndstore.core.errors import NotFound
 from ndstore.core.tiles import TileRef, encode_tile
 from tests.api.conftest import Dataset
+from tests.ingest.conftest import put_signed
 
 JOB = {"collection": "c1", "experiment": "e1", "channel": "img8", "x_start": 0, "x_stop": 512, "y_start": 0,
        "y_stop": 256, "z_start": 0, "z_stop": 3, "tile_size_x": 256, "tile_size_y": 256}
@@ -35,7 +36,8 @@ def test_a_job_names_its_queues_and_reports_progress(admin: APIClient, dataset: 
     assert r.status_code == 201, r.content
     job = r.json()
     assert job["state"] == "uploading" and job["box"] == {"x": [0, 512], "y": [0, 256], "z": [0, 3]}
-    assert set(job["queues"]) == {"upload", "supercuboid", "cleanup"}
+    assert set(job["queues"]) == {"upload", "supercuboid", "cleanup"} and job["tile_count"] == 6
+    assert not {"endpoint_url", "tile_bucket", "tile_index_table", "spec"} & set(job)  # nothing but the service
     status = admin.get(f"/v1/ingest/{job['id']}/").json()["status"]
     assert status["tiles"] == {"total": 6, "uploaded": 0, "queued_for_upload": 0}
     assert status["supercuboids"] == {"total": 1, "built": 0, "cleaned": 0}
@@ -114,7 +116,7 @@ def test_the_tile_handler_takes_a_direct_s3_trigger_event(admin: APIClient, data
     ingest = services().ingest
     spec = ingest.job(job["id"])
     key = spec.tile_key(TileRef(0, 0, 0, 0))
-    ingest.tiles.put(key, encode_tile(np.full((256, 256), 7, np.uint8), "png"), {})
+    put_signed(ingest, spec, TileRef(0, 0, 0, 0), encode_tile(np.full((256, 256), 7, np.uint8), "png"))
     event = {"Records": [{"eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
                           "s3": {"bucket": {"name": ingest.tiles.bucket}, "object": {"key": key.replace("/", "%2F")}}}]}
     assert handlers.tile_uploaded(event) == {"batchItemFailures": []}
@@ -154,3 +156,66 @@ def test_on_aws_a_jobs_queues_trigger_the_phase_functions(admin: APIClient, data
     queue_arns = {p: ingest.queues.arn(ingest.url(spec.queue(p))) for p in functions}
     assert admin.delete(f"/v1/ingest/{job['id']}/").status_code == 204
     assert all(ingest.triggers[0].mappings(a) == [] for a in queue_arns.values())
+
+
+def test_an_uploader_leases_tasks_and_puts_tiles_with_presigned_urls(admin: APIClient, dataset: Dataset) -> None:
+    """The upload client's routes, end to end: lease, leave to upload (a presigned PUT per
+    tile), the tile handler, the supercuboid build; a tile it cannot read is reported."""
+    import hashlib
+
+    import numpy as np
+    import requests
+
+    from lambdas.runner import QueuePoller
+    from ndstore.wiring import services
+
+    job = admin.post("/v1/ingest/", {**JOB, "z_stop": 2}, format="json").json()
+    leased: list[dict[str, Any]] = []
+    while True:
+        r = admin.post(f"/v1/ingest/{job['id']}/tasks/", {"max": 3}, format="json")
+        assert r.status_code == 200, r.content
+        if not r.json()["tasks"]:
+            break
+        leased += r.json()["tasks"]
+    assert sorted(t["tile"] for t in leased) == [[0, z, 0, x] for z in range(2) for x in range(2)]
+    broken, good = leased[0], leased[1:]
+    r = admin.post(f"/v1/ingest/{job['id']}/tasks/failed/", {"tasks": [{**broken, "error": "unreadable"}]},
+                   format="json")
+    assert r.status_code == 200 and r.json() == {"failed": 1}
+    tiles = {tuple(t["tile"]): encode_tile(np.full((256, 256), 40 + t["tile"][3], np.uint8), "png") for t in good}
+    r = admin.post(f"/v1/ingest/{job['id']}/uploads/",
+                   {"tiles": [{**t, "sha256": hashlib.sha256(tiles[tuple(t["tile"])]).hexdigest()} for t in good]},
+                   format="json")
+    assert r.status_code == 200, r.content
+    for target in r.json()["uploads"]:
+        assert "Authorization" not in target["headers"] and target["method"] == "PUT"
+        assert requests.put(target["url"], data=tiles[tuple(target["tile"])], headers=target["headers"],
+                            timeout=30).status_code == 200
+    ingest = services().ingest
+    poller = QueuePoller(ingest.queues, ingest.queue_prefix, refresh_s=0.2)
+    for _ in range(100):
+        poller.poll_once()
+        status = admin.get(f"/v1/ingest/{job['id']}/").json()["status"]
+        if status["tiles"]["uploaded"] == 3 and status["supercuboids"]["built"] == 0:
+            break
+    assert status["tiles"]["uploaded"] == 3 and status["queues"]["upload"]["failed"] == 1
+    assert status["failed_tiles"][0]["error"] == "unreadable"
+    assert admin.post(f"/v1/ingest/{job['id']}/tasks/", {"max": 3}, format="json").json()["done"]
+
+
+@pytest.mark.parametrize(("route", "body", "message"), [
+    ("tasks/", {"max": 0}, "max must be an integer from 1 to 100"),
+    ("tasks/", {"max": "9"}, "max must be an integer"),
+    ("uploads/", {"tiles": []}, "a list of 1 to 100 objects"),
+    ("uploads/", {"tiles": [{"tile": [0, 0, 0, 9], "receipt": "r", "sha256": "0" * 64}]}, "not part of this ingest"),
+    ("uploads/", {"tiles": [{"tile": [0, 0, 0, 2], "receipt": "r", "sha256": "0" * 64}]}, "not part of this ingest"),
+    ("uploads/", {"tiles": [{"tile": [0, 0, 0], "receipt": "r", "sha256": "0" * 64}]}, "a tile is [t, z"),
+    ("uploads/", {"tiles": [{"tile": [0, 0, 0, 0], "receipt": "r", "sha256": "zz"}]}, "64 lowercase hex"),
+    ("uploads/", {"tiles": [{"tile": [0, 0, 0, 0], "sha256": "0" * 64}]}, "'receipt' as a string"),
+    ("tasks/failed/", {"tasks": [{"tile": [0, 3, 0, 0], "receipt": "r", "error": "x"}]}, "not part of this ingest"),
+])
+def test_upload_routes_name_what_is_wrong(admin: APIClient, dataset: Dataset, route: str, body: dict[str, Any],
+                                          message: str) -> None:
+    job = admin.post("/v1/ingest/", JOB, format="json").json()
+    r = admin.post(f"/v1/ingest/{job['id']}/{route}", body, format="json")
+    assert r.status_code == 400 and message in r.json()["message"], r.content

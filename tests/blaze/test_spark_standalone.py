@@ -34,7 +34,7 @@ def test_a_merge_round_on_the_standalone_cluster_is_byte_exact(wired: Blaze,
                             timeout=240, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     assert merged.returncode == 0, merged.stderr[-3000:]
     result = json.loads(merged.stdout.strip().splitlines()[-1])
-    assert result["supercuboids"] == pending and result["blobs_applied"] >= 40 and result["blobs_bad"] == 0
+    assert result["supercuboids"] == pending and result["blobs_applied"] >= 40 and result["supercuboids_failed"] == 0
 
     # it ran on the cluster (an application of the master, its executors on the worker), not in local mode
     assert spark_standalone.apps_named("ndstore-blaze-merge") == before + 1

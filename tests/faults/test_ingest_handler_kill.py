@@ -29,27 +29,38 @@ pytestmark = pytest.mark.faults
 BOX = Box((0, 0, 0), (512, 512, 4))  # 2 x 2 tiles of 256 per slice: 16 tiles, one supercuboid
 
 
-def upload_tiles(job: dict[str, Any], volume: np.ndarray) -> None:
-    """Queue the manifest and upload every tile, with the upload client's own per-task code."""
+def upload_tiles(stack: Stack, job: dict[str, Any], volume: np.ndarray) -> None:
+    """Lease and upload every tile through the service, with the upload client's own code."""
     import queue
 
-    from ndstore.client.ingest import _Endpoints, _upload_one
-    from ndstore.engine.ingest import fill_manifest
+    import requests
 
-    spec, tiles, index, queues = _Endpoints.of(job).adapters()
-    upload, dlq = queues.url(spec.queue("upload")), queues.url(f"{spec.queue('upload')}-dlq")
-    assert upload and dlq
-    for _ in fill_manifest(spec, index, queues, upload):
-        pass
+    from ndstore.client.ingest import IngestClient, JobShape, _upload_batch
+    from tests.faults.conftest import TOKEN
+
+    client, shape = IngestClient(stack.url, TOKEN), JobShape.of(job)
 
     def read(tile: TileRef) -> bytes:
-        return encode_tile(volume[spec.layout.tile_box(tile).slices_zyx()][0], "png")
+        x0, y0 = tile.x_index * 256, tile.y_index * 256
+        return encode_tile(volume[tile.z, y0:y0 + 256, x0:x0 + 256], "png")
 
     reports: queue.Queue[Any] = queue.Queue()
-    while messages := queues.receive(upload, 10, wait_s=0):
-        for m in messages:
-            _upload_one(m, spec, tiles, index, queues, upload, dlq, read, reports)
-    assert reports.qsize() == 16
+    with requests.Session() as store:
+        while tasks := client.lease(shape.job_id, 10)["tasks"]:
+            _upload_batch(client, store, shape, tasks, read, reports)
+    assert [reports.get()[0] for _ in range(reports.qsize())] == ["uploaded"] * 16
+
+
+def channel_prefix(stack: Stack, collection: str) -> str:
+    """The start of the channel's supercuboid names: its ids, from the stack's metadata database."""
+    import sqlite3
+
+    with sqlite3.connect(stack.local.data_dir / "meta.sqlite3") as db:
+        ids = db.execute("SELECT col.id, e.id, ch.id FROM ndstore_channel ch "
+                         "JOIN ndstore_experiment e ON ch.experiment_id = e.id "
+                         "JOIN ndstore_collection col ON e.collection_id = col.id "
+                         "WHERE col.name = ? AND e.name = 'e' AND ch.name = 'c'", (collection,)).fetchone()
+    return "&".join(str(i) for i in ids) + "&"
 
 
 def start_job(stack: Stack, ch: Channel) -> dict[str, Any]:
@@ -68,12 +79,10 @@ def status(stack: Stack, job_id: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("point", ["storing the supercuboid", "queueing its cleanup"])
 def test_an_ingest_handler_killed_half_way_is_rerun_from_its_queue(stack: Stack, point: str) -> None:
-    from ndstore.engine.ingest import IngestJob
-
     name = "ing1" if point.startswith("storing") else "ing2"
     ch = stack.channel(name, (1024, 1024, 64))
     job = start_job(stack, ch)
-    prefix = IngestJob.from_json(job["spec"]).channel.name_prefix
+    prefix = channel_prefix(stack, name)
     bucket, cleanup_queue = stack.env["NDSTORE_S3_BUCKET"], job["queues"]["cleanup"]
 
     def at_the_point(c: Call) -> bool:
@@ -84,7 +93,7 @@ def test_an_ingest_handler_killed_half_way_is_rerun_from_its_queue(stack: Stack,
     volume = np.random.default_rng(6).integers(1, 256, BOX.shape_zyx, dtype=np.uint8)
     [worker] = stack.child_pids("lambdas.runner", "spawn_main")
     with stack.proxy.faults(Fault("hold", match=at_the_point)):
-        upload_tiles(job, volume)
+        upload_tiles(stack, job, volume)
         stack.proxy.wait_held(1, timeout=60)
         os.kill(worker, signal.SIGKILL)  # the handler dies there; its message stays in flight
         got = ch.read_ok(BOX, mode="raw")  # the base tier as it is (no lock to wait for): whole or nothing

@@ -1,7 +1,7 @@
 """Ingest fixtures: the pipeline wired to moto's server (S3 with event notifications to SQS, SQS
 with dead-letter queues, DynamoDB) and the test Redis, with a bucket, table and queue prefix of
 its own per test; an in-process uploader and queue runner that call the same code as
-`ndstore ingest` and `lambdas/runner.py`."""
+`ndstore ingest` (its per-batch upload, over presigned PUTs) and `lambdas/runner.py`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from ndstore.core.geometry import Box
 from ndstore.core.synthetic import em_like
 from ndstore.core.tiles import TileRef, encode_tile
-from ndstore.engine.ingest import Ingest, IngestJob, fill_manifest
+from ndstore.engine.ingest import Ingest, IngestJob, Lease, TileUpload
 from ndstore.engine.volume import ChannelVolume, Cutout
 
 FRAME = Box((0, 0, 0), (1024, 1024, 80))
@@ -52,32 +52,32 @@ class Pipeline:
             self._encoded[tile] = encode_tile(self.volume[box.slices_zyx()][0], self.job.file_format)
         return self._encoded[tile]
 
-    def queue_manifest(self) -> None:
-        upload_url = self.ingest.url(self.job.queue("upload"))
-        for _ in fill_manifest(self.job, self.ingest.index, self.ingest.queues, upload_url):
-            pass
+    def put_signed(self, tile: TileRef, body: bytes | None = None, receipt: str = "no-task") -> str:
+        return put_signed(self.ingest, self.job, tile, self.tile_bytes(tile) if body is None else body, receipt)
 
     def upload(self, reader: Callable[[TileRef], bytes] | None = None, limit: int | None = None) -> int:
-        """Take upload tasks as an uploader process does (the client's own per-task code) until
-        the queue is empty or `limit` tiles went up; returns the tiles uploaded."""
-        from ndstore.client.ingest import _upload_one
+        """Lease upload tasks and upload their tiles as an uploader process of `ndstore ingest`
+        does (its own per-batch code, through the engine calls its routes make) until no task is
+        left or `limit` tiles went up; returns the tiles uploaded."""
+        import requests
 
+        from ndstore.client.ingest import JobShape, _upload_batch
+
+        job, box = self.job, self.job.layout.box
+        shape = JobShape(job.job_id, ((box.lo[0], box.hi[0]), (box.lo[1], box.hi[1])), job.tile_x, job.tile_y)
         reports: queue.Queue[tuple[str, str, Any]] = queue.Queue()
-        up = self.ingest.url(self.job.queue("upload"))
-        dlq = self.ingest.queues.url(f"{self.job.queue('upload')}-dlq") or ""
         uploaded = 0
-        while limit is None or uploaded < limit:
-            messages = self.ingest.queues.receive(up, 10, wait_s=0)
-            if not messages:
-                break
-            for m in messages:
-                _upload_one(m, self.job, self.ingest.tiles, self.ingest.index, self.ingest.queues, up, dlq,
-                            reader or self.tile_bytes, reports)
-        while not reports.empty():
-            kind, key, value = reports.get()
-            uploaded += kind == "uploaded"
-            if kind == "failed":
-                self.failures.append((key, value))
+        with requests.Session() as store:
+            while limit is None or uploaded < limit:
+                leases = self.ingest.lease(job, 10)
+                if not leases:
+                    break
+                tasks = [{"tile": [le.tile.t, le.tile.z, le.tile.y_index, le.tile.x_index], "receipt": le.receipt}
+                         for le in leases]
+                _upload_batch(EngineRoutes(self), store, shape, tasks, reader or self.tile_bytes, reports)
+                while not reports.empty():
+                    kind, _, _ = reports.get()
+                    uploaded += kind == "uploaded"
         return uploaded
 
     def run(self, until: Callable[[dict[str, Any]], bool], timeout: float = 90) -> dict[str, Any]:
@@ -104,6 +104,30 @@ class Pipeline:
         from ndstore.wiring import services
 
         return services().index.mortons(self.channel.volume_key(0, 0))
+
+
+def put_signed(ingest: Ingest, job: IngestJob, tile: TileRef, body: bytes, receipt: str = "no-task") -> str:
+    """Put a tile into the bucket as a presigned PUT the service granted would; returns its key."""
+    return ingest.put_tile(job, tile, body, receipt)
+
+
+class EngineRoutes:
+    """What the upload client's routes call, without HTTP (tests/api/test_ingest.py covers those)."""
+
+    def __init__(self, pipeline: Pipeline):
+        self.pipeline = pipeline
+        self.timeout_s = 30.0
+
+    def uploads(self, job_id: int, tiles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        targets = self.pipeline.ingest.grant_uploads(
+            self.pipeline.job, [TileUpload(TileRef(*t["tile"]), t["receipt"], t["sha256"]) for t in tiles])
+        return [{"url": t.url, "headers": t.headers} for t in targets]
+
+    def report_failed(self, job_id: int, tasks: list[dict[str, Any]]) -> int:
+        job = self.pipeline.job
+        self.pipeline.failures += [(job.tile_key(TileRef(*t["tile"])), t["error"]) for t in tasks]
+        return self.pipeline.ingest.report_failed(job, [(Lease(TileRef(*t["tile"]), t["receipt"]), t["error"])
+                                                        for t in tasks])
 
 
 def all_cleaned(status: dict[str, Any]) -> bool:

@@ -1,11 +1,18 @@
-"""`/v1/ingest/`: tile-ingest jobs. Creating one needs write permission on its channel; the
-reply names the queues, tile bucket and tile index the upload client (`ndstore ingest`) uses."""
+"""`/v1/ingest/`: tile-ingest jobs. Creating one needs write permission on its channel.
+
+The upload client (`ndstore ingest`) holds no credentials of the pipeline's queues, bucket or
+tile index: it works through these routes, as the job's creator (or an admin of its channel):
+    POST /v1/ingest/{id}/tasks/         lease upload tasks: {"max": n} -> {"tasks": [{tile, receipt}]}
+    POST /v1/ingest/{id}/uploads/       {"tiles": [{tile, receipt, sha256}]} -> a presigned PUT per tile
+    POST /v1/ingest/{id}/tasks/failed/  {"tasks": [{tile, receipt, error}]}: tiles it could not send
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.utils import timezone
+from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -14,7 +21,7 @@ from ndstore.api.models import IngestJob
 from ndstore.core.errors import Conflict, InvalidRequest, NotFound
 from ndstore.core.geometry import Box, check_inside
 from ndstore.core.tiles import TILE_FORMATS
-from ndstore.engine.ingest import PHASES
+from ndstore.engine.ingest import MAX_LEASE, PHASES, Lease, TileUpload, tile_ref
 from ndstore.engine.ingest import IngestJob as JobSpec
 from ndstore.wiring import services
 
@@ -38,7 +45,7 @@ def spec_of(job: IngestJob) -> JobSpec:
 
 
 def describe(job: IngestJob, with_status: bool) -> dict[str, Any]:
-    ingest, config = services().ingest, services().config
+    ingest = services().ingest
     spec = spec_of(job)
     chan = job.channel
     body: dict[str, Any] = {
@@ -49,10 +56,7 @@ def describe(job: IngestJob, with_status: bool) -> dict[str, Any]:
         "t": [job.t_start, job.t_stop], "tile_size": {"x": job.tile_size_x, "y": job.tile_size_y},
         "file_format": job.file_format, "created": job.created.isoformat(),
         "finished": job.finished.isoformat() if job.finished else None,
-        "endpoint_url": config.ingest_public_endpoint_url or config.ingest_endpoint_url,
-        "region": config.aws_region, "tile_bucket": config.tile_bucket,
-        "tile_index_table": config.tile_index_table, "queues": {p: spec.queue(p) for p in PHASES},
-        "spec": spec.to_json(),
+        "tile_count": spec.layout.tile_count(), "queues": {p: spec.queue(p) for p in PHASES},
     }
     if with_status and job.state == "uploading":
         body["status"] = ingest.status(spec)
@@ -71,6 +75,33 @@ def _job(job_id: int, request: Any, level: int = auth.WRITE) -> IngestJob:
     chan = job.channel
     auth.require(request.user, level, chan.experiment.collection, chan.experiment, chan)
     return job
+
+
+def _uploading(job_id: int, request: Any) -> tuple[IngestJob, JobSpec]:
+    """The job, for its uploader: its creator, or an admin of its channel; while it uploads."""
+    job = _job(job_id, request)
+    chan = job.channel
+    if job.creator_id != request.user.pk and auth.access_level(
+            request.user, chan.experiment.collection, chan.experiment, chan) < auth.ADMIN:
+        raise exceptions.PermissionDenied(f"ingest job {job_id} is not yours: only its creator or an admin of "
+                                          f"{_path(job)} may upload its tiles")
+    if job.state != "uploading":
+        raise Conflict(f"ingest job {job_id} is {job.state}; it takes no more tiles")
+    return job, spec_of(job)
+
+
+def _items(request: Any, name: str, limit: int) -> list[dict[str, Any]]:
+    items = request.data.get(name) if isinstance(request.data, dict) else None
+    if not isinstance(items, list) or not 1 <= len(items) <= limit or not all(isinstance(i, dict) for i in items):
+        raise InvalidRequest(f"the body must be a JSON object whose {name!r} is a list of 1 to {limit} objects")
+    return items
+
+
+def _text(item: dict[str, Any], name: str) -> str:
+    value = item.get(name)
+    if not isinstance(value, str):
+        raise InvalidRequest(f"each item needs {name!r} as a string")
+    return value
 
 
 class IngestJobList(APIView):
@@ -154,6 +185,41 @@ class IngestJobComplete(APIView):
         job.state, job.finished = "complete", timezone.now()
         job.save(update_fields=["state", "finished"])
         return Response(describe(job, with_status=False))
+
+
+class IngestTasks(APIView):
+    def post(self, request: Any, job_id: int) -> Response:
+        """Lease up to `max` upload tasks of the job (hidden from other uploaders for the queue's
+        visibility timeout); `done` once every task is queued and none waits or is in flight."""
+        _, spec = _uploading(job_id, request)
+        count = request.data.get("max", 10) if isinstance(request.data, dict) else 10
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_LEASE:
+            raise InvalidRequest(f"max must be an integer from 1 to {MAX_LEASE}")
+        ingest = services().ingest
+        leases = ingest.lease(spec, count)
+        progress = ingest.upload_progress(spec)
+        return Response({"tasks": [{"tile": [lease.tile.t, lease.tile.z, lease.tile.y_index, lease.tile.x_index],
+                                    "receipt": lease.receipt} for lease in leases], **progress})
+
+
+class IngestUploads(APIView):
+    def post(self, request: Any, job_id: int) -> Response:
+        """A presigned PUT per leased tile, for the content whose SHA-256 the uploader names."""
+        _, spec = _uploading(job_id, request)
+        uploads = [TileUpload(tile_ref(i.get("tile")), _text(i, "receipt"), _text(i, "sha256"))
+                   for i in _items(request, "tiles", MAX_LEASE)]
+        targets = services().ingest.grant_uploads(spec, uploads)
+        return Response({"uploads": [{"tile": i["tile"], "method": "PUT", "url": t.url, "headers": t.headers}
+                                     for i, t in zip(request.data["tiles"], targets)]})
+
+
+class IngestFailedTasks(APIView):
+    def post(self, request: Any, job_id: int) -> Response:
+        """Tiles the uploader could not read or that failed its checks, with the reason."""
+        _, spec = _uploading(job_id, request)
+        failures = [(Lease(tile_ref(i.get("tile")), _text(i, "receipt")), _text(i, "error"))
+                    for i in _items(request, "tasks", MAX_LEASE)]
+        return Response({"failed": services().ingest.report_failed(spec, failures)})
 
 
 class IngestJobRetry(APIView):
