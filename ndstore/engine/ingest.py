@@ -224,8 +224,14 @@ class Ingest:
         upload_url = self.url(job.queue("upload"))
         leases: list[Lease] = []
         for message in self.queues.receive(upload_url, min(count, MAX_LEASE), wait_s=1):
-            _, tile, _ = parse_upload_task(message.body)
-            if self.index.has_tile(job.row(job.layout.supercuboid_of(tile)), job.layout.ordinal(tile)):
+            try:
+                _, tile, _ = parse_upload_task(message.body)
+                ordinal = job.layout.ordinal(tile)
+            except (ValueError, KeyError, TypeError, InvalidRequest) as exc:  # not a task this service queued
+                log.warning("dropping a task that is no tile of job %d from its upload queue: %s", job.job_id, exc)
+                self.queues.delete_message(upload_url, message.receipt)
+                continue
+            if self.index.has_tile(job.row(job.layout.supercuboid_of(tile)), ordinal):
                 self.queues.delete_message(upload_url, message.receipt)
             else:
                 leases.append(Lease(tile, message.receipt))

@@ -348,6 +348,17 @@ def test_base_tier_writers_have_every_base_tier_action() -> None:
         assert lists or not listing & granted, f"{owner} lists the index, which its code never does"
 
 
+def test_uploaders_need_no_aws_credentials() -> None:
+    """No policy for the upload client: it holds an NDStore token only (its tiles go up with
+    presigned PUTs the web nodes sign, which is why they may put tiles)."""
+    for name in TEMPLATES:
+        policies = resources(name, "AWS::IAM::ManagedPolicy")
+        assert not [p for p in policies if "upload" in p.lower() and "client" in p.lower()], (name, policies)
+    assert {"s3:PutObject"} <= _granted("ingest.yaml", "WebNodeIngestPolicy", {"TileBucket"})
+    source = (ROOT / "ndstore/client/ingest.py").read_text()
+    assert "boto3" not in source and "ndstore.storage" not in source
+
+
 def test_the_web_nodes_ingest_policy_covers_jobs_and_builds() -> None:
     """Ingest and DownsampleRuns on a web node: queues (but the local runner's ListQueues),
     triggers, the tile index, and the tile bucket's HeadBucket and deletes (a cancelled job)."""
@@ -508,10 +519,13 @@ def test_each_routed_service_runs_gunicorn_on_the_target_port_with_its_role() ->
             assert "Command" not in container  # the image's CMD: gunicorn on 0.0.0.0:8000
             assert container["PortMappings"][0]["ContainerPort"] == lb["ContainerPort"] == 8000
             assert res[lb["TargetGroupArn"]["Ref"]]["Properties"]["Port"] == 8000
-            roles[props["ServiceName"]] = _granted("service.yaml", task["TaskRoleArn"]["Fn::GetAtt"][0])
+            role = task["TaskRoleArn"]["Fn::GetAtt"][0]
+            roles[props["ServiceName"]] = _granted("service.yaml", role)
+            roles[f"{props['ServiceName']} on the base tier"] = _granted("service.yaml", role, BASE_TIER)
     # the NDBlaze nodes neither create queues nor touch Lambda; the ingest nodes write no supercuboids
+    # (their s3:PutObject is on the tile bucket: the presigned tile PUTs they hand out)
     assert not any(a.startswith(("sqs:", "lambda:")) for a in roles["blaze"])
-    assert not {"s3:GetObject", "s3:PutObject", "dynamodb:Query"} & roles["ingest"]
+    assert not {"s3:GetObject", "s3:PutObject", "dynamodb:Query"} & roles["ingest on the base tier"]
 
 
 def test_health_checks_pass_with_the_checkers_host_and_no_database() -> None:
