@@ -99,7 +99,8 @@ LAMBDA_PYTHON ?= 3.12
 # Lambda's python3.12 runs on Amazon Linux 2023 (glibc 2.34, x86_64): wheels of any manylinux up to 2.34
 LAMBDA_PLATFORMS ?= manylinux_2_34_x86_64 manylinux_2_28_x86_64 manylinux2014_x86_64
 LAMBDA_PIP ?= python3 -m pip
-LAMBDA_EXCLUDES := --exclude=__pycache__ --exclude=ndstore/api --exclude=ndstore/client \
+LAMBDA_EXCLUDES := --exclude=__pycache__ --exclude=ndstore/api --exclude=ndstore/client --exclude=ndstore/ops \
+	--exclude=ndstore/cli.py \
 	--exclude='ndstore/engine/spark*' --exclude=ndstore/core/slices.py --exclude=ndstore/core/precomputed.py \
 	--exclude='blaze/spark*' --exclude=blaze/daemon.py --exclude=lambdas/runner.py --exclude=lambdas/requirements.txt
 .PHONY: $(addprefix build-,$(LAMBDA_FUNCTIONS))

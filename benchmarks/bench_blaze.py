@@ -28,8 +28,8 @@ from benchmarks.common import (
     summary,
     write_results,
 )
-from ndstore.client.localstack import wait_until
 from ndstore.core.synthetic import em_like
+from ndstore.ops.localstack import wait_until
 
 MiB = 1 << 20
 # Blob boxes (x, y, z) of uint8 voxels, by raw size.

@@ -13,17 +13,18 @@ import os
 import secrets
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks.common import AWS_TEST_CREDENTIALS, fmt, hardware, moto_server, summary, write_results
-from ndstore.client.localstack import free_port, start_redis
 from ndstore.core.downsample import reduce_mean, reduce_mode
 from ndstore.core.geometry import Box
 from ndstore.core.synthetic import em_like, sparse_labels
 from ndstore.engine.volume import ChannelVolume, Cutout
+from ndstore.ops.localstack import free_port, start_redis
 
 HEADER = ["what", "data", "MB/s of input: median (min–max)", "per core", "ratio to the kernel"]
 CASES = {"uint8 image": ("uint8", False), "uint64 annotation": ("uint64", True)}
@@ -71,14 +72,14 @@ def engines(rounds: int, quick: bool) -> dict[str, Any]:
             from ndstore.engine.downsample import DownsampleJob
             from ndstore.engine.spark import spark_session
             from ndstore.engine.spark_downsample import build_hierarchy
-            from ndstore.wiring import downsampler_for_settings, services
+            from ndstore.wiring import downsampler_for, services
 
             svc = services()
             spark = spark_session("local[2]", "ndstore-bench-downsample")
             job_ids = iter(range(1, 10_000))
             for i, (name, (dtype, annotation)) in enumerate(CASES.items()):
                 chan, data = volume_for(dtype, annotation, i + 1, quick)
-                svc.base_tier.write(Cutout(chan, 0, chan.extent(0), range(1)), data[None])
+                svc.direct.write(Cutout(chan, 0, chan.extent(0), range(1)), data[None])
                 nbytes = input_bytes(chan)
                 sqs, spk = [], []
                 for _ in range(rounds):
@@ -93,7 +94,7 @@ def engines(rounds: int, quick: bool) -> dict[str, Any]:
                     sqs.append(nbytes / (time.perf_counter() - start) / 1e6)
                     runs.remove(job)
                     start = time.perf_counter()
-                    result = build_hierarchy(spark, chan, svc.downsampler, downsampler_for_settings)
+                    result = build_hierarchy(spark, chan, svc.downsampler, partial(downsampler_for, svc.config))
                     assert result["state"] == "DOWNSAMPLED", result
                     spk.append(nbytes / (time.perf_counter() - start) / 1e6)
                 out[name] = {"sqs": summary(sqs), "spark": summary(spk), "input_bytes": nbytes}

@@ -32,11 +32,11 @@ from benchmarks.common import (
     summary,
     write_results,
 )
-from ndstore.client.localstack import free_port, start_redis, wait_until
 from ndstore.core.geometry import Box
 from ndstore.core.synthetic import em_like
 from ndstore.core.tiles import TileRef, decode_tile, encode_tile
 from ndstore.engine.volume import ChannelVolume
+from ndstore.ops.localstack import free_port, start_redis, wait_until
 
 TILE = 512
 BOX = Box((0, 0, 0), (1024, 1024, 64))  # 4 supercuboids of 512 x 512 x 64 uint8 (16 MiB each), 256 tiles
@@ -168,7 +168,7 @@ def whole_pipeline(rounds: int, depth: int) -> dict[str, Any]:
         for r in range(rounds):
             s.post(f"{stack.url}/v1/collection/ing/experiment/e/channel/c{r}/", json={}).raise_for_status()
             start = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "ndstore.client.cli", "ingest", "--server", stack.url,
+            proc = subprocess.run([sys.executable, "-m", "ndstore.cli", "ingest", "--server", stack.url,
                                    "--token", ADMIN_TOKEN, "--channel", f"ing/e/c{r}", "--x", "0:1024", "--y",
                                    "0:1024", "--z", f"0:{depth}", "--tile-size", "512", "--tiles", tmp,
                                    "--processes", "2", "--no-progress"], capture_output=True, text=True)

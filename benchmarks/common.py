@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 import requests
 
-from ndstore.client.localstack import LocalStack, free_port, wait_until
+from ndstore.ops.localstack import LocalStack, free_port, wait_until
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MiB = 1 << 20
@@ -295,7 +295,7 @@ def moto_server() -> Iterator[ServerProcess]:
     """moto's server (as `ndstore up` runs it) on a free 127.0.0.1 port, in a process of its own,
     as a real object store would be: it must not share the client's interpreter lock."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "ndstore.client.moto_endpoint", "-p", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "ndstore.ops.moto_endpoint", "-p", str(port)],
                             stdout=subprocess.DEVNULL)
     try:
         endpoint = f"http://127.0.0.1:{port}"

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from benchmarks.common import AWS_TEST_CREDENTIALS, concurrent_rate, summary
-from ndstore.client.localstack import wait_until
+from ndstore.ops.localstack import wait_until
 
 
 def tensorstore_rates(endpoint: str, volumes: list[npt.NDArray[np.uint8]], thread_counts: list[int], rounds: int,

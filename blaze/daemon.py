@@ -10,17 +10,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from blaze.buffer import RedisBlazeBuffer
 from blaze.merge import MergeResult
+from ndstore.storage.interfaces import BlazeBuffer, MergeRequests, MergerPresence
 
 log = logging.getLogger("ndstore.blaze")
 HEARTBEAT_S = 5.0
 
 
 class MergeDaemon:
-    def __init__(self, buffer: RedisBlazeBuffer, run_round: Callable[[], MergeResult], interval_s: float,
-                 backlog_bytes: int, poll_s: float = 0.5, identity: dict[str, Any] | None = None):
+    def __init__(self, buffer: BlazeBuffer, requests: MergeRequests, presence: MergerPresence,
+                 run_round: Callable[[], MergeResult], interval_s: float, backlog_bytes: int, poll_s: float = 0.5,
+                 identity: dict[str, Any] | None = None):
         self.buffer = buffer
+        self.requests = requests
+        self.presence = presence
         self.identity = {**(identity or {}), "since": time.time()}
         self.run_round = run_round
         self.interval_s = interval_s
@@ -35,7 +38,7 @@ class MergeDaemon:
 
     def beat(self) -> None:
         """Tell readers of the buffer (status, `ndstore up`) that a merger is alive."""
-        self.buffer.announce_merger({**self.identity, "last_beat": time.time()}, ttl_s=3 * HEARTBEAT_S)
+        self.presence.announce_merger({**self.identity, "last_beat": time.time()}, ttl_s=3 * HEARTBEAT_S)
 
     def _beat_until(self, stop: threading.Event) -> None:
         """Beats from a thread of their own, so a long merge round does not look like a dead merger."""
@@ -52,7 +55,7 @@ class MergeDaemon:
             self._run_rounds(stop)
         finally:
             try:
-                self.buffer.retire_merger()
+                self.presence.retire_merger()
             except Exception:  # noqa: BLE001 - the announcement expires by itself
                 pass
 
@@ -67,20 +70,20 @@ class MergeDaemon:
 
     def step(self) -> MergeResult | None:
         """One look at the buffer: a merge round if one is due or requested."""
-        requests = self.buffer.take_merge_requests()
+        requests = self.requests.take_merge_requests()
         if not requests and not self.due():
             return None
         started = time.time()
         for r in requests:
-            self.buffer.set_merge_status(r["id"], {"state": "running", "started_at": started})
+            self.requests.set_merge_status(r["id"], {"state": "running", "started_at": started})
         try:
             result = self.run_round()
         except Exception as exc:
             for r in requests:
-                self.buffer.set_merge_status(r["id"], {"state": "failed", "started_at": started, "error": str(exc)})
+                self.requests.set_merge_status(r["id"], {"state": "failed", "started_at": started, "error": str(exc)})
             raise
         for r in requests:
-            self.buffer.set_merge_status(r["id"], {"state": "done", "started_at": started, "finished_at": time.time(),
+            self.requests.set_merge_status(r["id"], {"state": "done", "started_at": started, "finished_at": time.time(),
                                                    **result.as_dict()})
         if result.supercuboids:
             log.info("merged %d blobs into %d supercuboids in %.1fs", result.blobs_applied, result.supercuboids,

@@ -23,11 +23,11 @@ import numpy as np
 import numpy.typing as npt
 
 from blaze.blob import BlobHeader, apply_to
-from blaze.buffer import PendingBlob, RedisBlazeBuffer
 from ndstore.core import morton
 from ndstore.core.errors import DataCorrupt
 from ndstore.core.keys import SupercuboidKey
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache_tier import CacheTier, Rewrite
+from ndstore.storage.interfaces import BlazeBuffer, PendingBlob
 
 Array = npt.NDArray[Any]
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class DecodedBlobs:
 
 
 class Merger:
-    def __init__(self, buffer: RedisBlazeBuffer, cache_tier: CacheTier):
+    def __init__(self, buffer: BlazeBuffer, cache_tier: CacheTier):
         self.buffer = buffer
         self.tier = cache_tier
         self.decoded = DecodedBlobs()
@@ -94,37 +94,32 @@ class Merger:
         Returns how many (supercuboid, blob) entries were dropped."""
         dropped = 0
         for name in self.buffer.pending_names(prefix):
-            with self.tier.locks.write([name]):
+            with self.tier.exclusive([name]):
                 dropped += self.buffer.release(name, self.buffer.pending_seqs([name])[name])
         return dropped
 
     def merge_one(self, name: str) -> MergeResult:
         started = time.perf_counter()
         key = SupercuboidKey.from_name(name)
-        with self.tier.locks.write([name]):
+        with self.tier.rewriting(key) as supercuboid:
             seqs = self.buffer.pending_seqs([name])[name]
             if not seqs:
                 return MergeResult()
-            result = self._apply_locked(key, self.buffer.blobs(seqs))
+            result = self._apply(supercuboid, self.buffer.blobs(seqs))
             self.buffer.release(name, seqs)
         result.seconds = time.perf_counter() - started
         return result
 
-    def _apply_locked(self, key: SupercuboidKey, blobs: list[PendingBlob]) -> MergeResult:
-        decoded = []
-        for blob in blobs:
-            header = BlobHeader.from_json(blob.header)
-            decoded.append((header, self.decoded.get(blob, header)))
+    def _apply(self, supercuboid: Rewrite, blobs: list[PendingBlob]) -> MergeResult:
+        decoded = [(header, self.decoded.get(blob, header))
+                   for blob, header in ((b, BlobHeader.from_json(b.header)) for b in blobs)]
         if not decoded:
             return MergeResult()
-        grid, dtype = decoded[0][0].grid, decoded[0][0].dtype
-        if self.tier.cache.resident([key.name])[0]:
-            self.tier.evict_locked(key.name)
-        whole = self.tier.base.read_supercuboid(key, grid, dtype)
+        key, (grid, dtype) = supercuboid.key, (decoded[0][0].grid, decoded[0][0].dtype)
+        whole = supercuboid.read(grid, dtype)
         box = grid.supercuboid_box(morton.decode_one(key.morton))
-        target = whole[np.newaxis]
         times = range(key.volume.time, key.volume.time + 1)
         for header, data in decoded:
-            apply_to(target, box, times, header, data)
-        self.tier.base.store_array(key, whole, grid)
+            apply_to(whole[np.newaxis], box, times, header, data)
+        supercuboid.store(whole, grid)
         return MergeResult(1, len(decoded), 0, whole.nbytes)

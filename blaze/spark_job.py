@@ -4,26 +4,26 @@ The grouping of blobs per supercuboid is the buffer's secondary index, so no blo
 through Spark's shuffle: the driver lists the pending supercuboids, sorts them by volume and
 Morton code (neighbours share blobs, and a partition decodes a shared blob once), and each task
 merges its slice, reading blobs from the buffer and writing the base tier itself. Workers build
-their services from the driver's NDSTORE_* settings, passed with the task, so the same job runs
-in local mode (`local[*]`, the default) and on any cluster reached by a master URL.
+their services from the driver's Config, passed with the task (`make_merger`, a picklable
+callable such as `partial(wiring.merger_for, config)`), so the same job runs in local mode
+(`local[*]`, the default) and on any cluster reached by a master URL.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from blaze.buffer import RedisBlazeBuffer
 from blaze.merge import Merger, MergeResult
 from ndstore.core.keys import SupercuboidKey
-from ndstore.engine.spark import spark_session, worker_settings
+from ndstore.engine.spark import spark_session
+from ndstore.storage.interfaces import BlazeBuffer
 
-MergerFactory = Callable[[Mapping[str, str]], Merger]
-__all__ = ["merge_round", "spark_session", "worker_settings"]
+__all__ = ["merge_round", "spark_session"]
 
 
-def merge_round(spark: Any, buffer: RedisBlazeBuffer, factory: MergerFactory, prefix: str = "",
+def merge_round(spark: Any, buffer: BlazeBuffer, make_merger: Callable[[], Merger], prefix: str = "",
                 partitions: int | None = None) -> MergeResult:
     """Merge every supercuboid pending now (of names starting with ``prefix``)."""
     names = sorted(buffer.pending_names(prefix), key=SupercuboidKey.from_name)
@@ -31,11 +31,10 @@ def merge_round(spark: Any, buffer: RedisBlazeBuffer, factory: MergerFactory, pr
         return MergeResult()
     context = spark.sparkContext
     slices = max(1, min(len(names), partitions or context.defaultParallelism))
-    job = partial(_merge_partition, factory, worker_settings())
+    job = partial(_merge_partition, make_merger)
     results = context.parallelize(names, slices).mapPartitions(job).collect()
     return sum((MergeResult(**r) for r in results), MergeResult())
 
 
-def _merge_partition(factory: MergerFactory, settings: Mapping[str, str],
-                     names: Iterator[str]) -> Iterator[dict[str, Any]]:
-    yield factory(settings).merge(names).as_dict()
+def _merge_partition(make_merger: Callable[[], Merger], names: Iterator[str]) -> Iterator[dict[str, Any]]:
+    yield make_merger().merge(names).as_dict()

@@ -16,17 +16,17 @@ from typing import Any
 import numpy.typing as npt
 
 from blaze.blob import BlobHeader, apply_to, supercuboid_names
-from blaze.buffer import PendingBlob, RedisBlazeBuffer
 from ndstore.core import morton, wire
 from ndstore.core.keys import SupercuboidKey
 from ndstore.engine.direct import CoherentDirect
 from ndstore.engine.volume import Cutout
+from ndstore.storage.interfaces import BlazeBuffer, PendingBlob
 
 Array = npt.NDArray[Any]
 
 
 class BlazeTier:
-    def __init__(self, buffer: RedisBlazeBuffer, direct: CoherentDirect):
+    def __init__(self, buffer: BlazeBuffer, direct: CoherentDirect):
         self.buffer = buffer
         self.direct = direct
 
@@ -46,7 +46,7 @@ class BlazeTier:
         seq order. A blob spanning two supercuboids may be merged into one and pending in the
         other (a merge round in progress); applying it to both would overwrite newer writes
         already merged into the first."""
-        out, (blobs, pending_in) = self.direct.read_with(cutout, self._pending)
+        out, (blobs, pending_in) = self.direct.tier.read_base(cutout, self._pending)
         grid = cutout.channel.grid(cutout.resolution)
         for blob in blobs:
             header = BlobHeader.from_json(blob.header)

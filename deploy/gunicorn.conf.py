@@ -18,7 +18,7 @@ wsgi_app = "ndstore.api.wsgi:application"
 
 # glibc reads MALLOC_* tuning only at process start, so it cannot be set here: `ndstore up`,
 # the Dockerfile and compose put MALLOC_MMAP_THRESHOLD_/TRIM_THRESHOLD_/TOP_PAD_ in the
-# environment gunicorn starts with (see ndstore.client.localstack.MALLOC_TUNING).
+# environment gunicorn starts with (see ndstore.ops.localstack.MALLOC_TUNING).
 
 # Several stacks (tests, benchmarks) may run side by side; a shared control socket in $HOME
 # would collide between them.

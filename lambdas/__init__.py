@@ -1,4 +1,2 @@
-"""Thin handlers for the ingest and downsampling microservices (AWS event in, engine call out).
-
-Not built yet: they arrive with the ingest and scaling-levels issues.
-"""
+"""Thin handlers for the ingest and downsampling microservices (AWS event in, engine call out),
+and the local runner that polls the queues and calls them where no Lambda runs."""

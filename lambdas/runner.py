@@ -18,7 +18,7 @@ from typing import Any
 
 from lambdas import downsample
 from lambdas import ingest as handlers
-from ndstore.storage.sqs import Message, SqsQueues
+from ndstore.storage.interfaces import Message, WorkQueue
 from ndstore.wiring import services
 
 log = logging.getLogger("ndstore.runner")
@@ -49,7 +49,7 @@ def handler_for(queue: str, prefix: str) -> Handler | None:
 class QueuePoller:
     """One worker's loop over every queue with a handler."""
 
-    def __init__(self, queues: SqsQueues, prefix: str, refresh_s: float = 2.0):
+    def __init__(self, queues: WorkQueue, prefix: str, refresh_s: float = 2.0):
         self.queues = queues
         self.prefix = prefix
         self.refresh_s = refresh_s

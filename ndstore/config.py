@@ -1,21 +1,36 @@
-"""Every setting of the service, read once from environment variables (12-factor).
+"""Every setting of the service: a value, built once at the edge from environment variables
+(`Config.from_env()`: the web app's settings, each daemon's and handler's entry point) and passed
+in from there, to the Spark tasks and the Lambda handlers too. Nothing below reads the
+environment.
 
-docs/deployment.md lists them with their defaults; keep the two in step.
+docs/deployment.md lists the settings with their defaults; keep the two in step.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 GiB = 1 << 30
 RATE_PERIODS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name, default)
+def _env(name: str, default: Any, parse: Callable[[str], Any] = str, secret: bool = False) -> Any:
+    """A setting read from environment variable `name` by Config.from_env; `default` when unset.
+    A secret is left out of the Config's repr (logs, tracebacks)."""
+    return field(default=default, metadata={"env": name, "parse": parse}, repr=not secret)
+
+
+def _flag(raw: str) -> bool:
+    return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    return lambda raw: parse(raw) if raw.strip() else None
 
 
 def parse_rate(rate: str) -> tuple[int, int] | None:
@@ -31,58 +46,86 @@ def parse_rate(rate: str) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class Config:
-    data_dir: Path = field(default_factory=lambda: Path(_env("NDSTORE_DATA_DIR", ".ndstore")).resolve())
-    object_store: str = field(default_factory=lambda: _env("NDSTORE_OBJECT_STORE", "file"))
-    s3_bucket: str = field(default_factory=lambda: _env("NDSTORE_S3_BUCKET", "ndstore-cuboids"))
-    s3_endpoint_url: str | None = field(default_factory=lambda: os.environ.get("NDSTORE_S3_ENDPOINT_URL"))
-    index: str = field(default_factory=lambda: _env("NDSTORE_INDEX", "sqlite"))
-    dynamodb_table: str = field(default_factory=lambda: _env("NDSTORE_DYNAMODB_TABLE", "ndstore-supercuboid-index"))
-    dynamodb_endpoint_url: str | None = field(default_factory=lambda: os.environ.get("NDSTORE_DYNAMODB_ENDPOINT_URL"))
-    aws_region: str = field(default_factory=lambda: _env("AWS_DEFAULT_REGION", "us-east-1"))
+    data_dir: Path = _env("NDSTORE_DATA_DIR", Path(".ndstore"), Path)
+    object_store: str = _env("NDSTORE_OBJECT_STORE", "file")
+    s3_bucket: str = _env("NDSTORE_S3_BUCKET", "ndstore-cuboids")
+    s3_endpoint_url: str | None = _env("NDSTORE_S3_ENDPOINT_URL", None)
+    index: str = _env("NDSTORE_INDEX", "sqlite")
+    dynamodb_table: str = _env("NDSTORE_DYNAMODB_TABLE", "ndstore-supercuboid-index")
+    dynamodb_endpoint_url: str | None = _env("NDSTORE_DYNAMODB_ENDPOINT_URL", None)
+    aws_region: str = _env("AWS_DEFAULT_REGION", "us-east-1")
     # connect and read timeout of each base-tier S3/DynamoDB attempt (unset: botocore's 60 s)
-    aws_timeout_s: float | None = field(default_factory=lambda: float(os.environ["NDSTORE_AWS_TIMEOUT_S"])
-                                        if os.environ.get("NDSTORE_AWS_TIMEOUT_S") else None)
-    locks: str = field(default_factory=lambda: _env("NDSTORE_LOCKS", "redis"))
-    redis_url: str = field(default_factory=lambda: _env("NDSTORE_REDIS_URL", "redis://127.0.0.1:6390/0"))
-    cache_redis_url: str = field(default_factory=lambda: os.environ.get(
-        "NDSTORE_CACHE_REDIS_URL", os.environ.get("NDSTORE_REDIS_URL", "redis://127.0.0.1:6390/0")))
-    flush_age_s: float = field(default_factory=lambda: float(_env("NDSTORE_FLUSH_AGE_S", "5")))
-    flush_interval_s: float = field(default_factory=lambda: float(_env("NDSTORE_FLUSH_INTERVAL_S", "1")))
-    flush_in_flight: int = field(default_factory=lambda: int(_env("NDSTORE_FLUSH_IN_FLIGHT", "4")))
-    cache_high_bytes: int = field(default_factory=lambda: int(_env("NDSTORE_CACHE_HIGH_BYTES", str(4 * GiB))))
-    cache_low_bytes: int = field(default_factory=lambda: int(_env("NDSTORE_CACHE_LOW_BYTES", str(3 * GiB))))
-    io_parallelism: int = field(default_factory=lambda: int(_env("NDSTORE_IO_PARALLELISM", "16")))
-    max_body_bytes: int = field(default_factory=lambda: int(_env("NDSTORE_MAX_BODY_BYTES", str(GiB))))
-    max_cutout_bytes: int = field(default_factory=lambda: int(_env("NDSTORE_MAX_CUTOUT_BYTES", str(GiB))))
-    lock_lease_ms: int = field(default_factory=lambda: int(_env("NDSTORE_LOCK_LEASE_MS", "30000")))
-    blaze_redis_url: str = field(default_factory=lambda: _env("NDSTORE_BLAZE_REDIS_URL", "redis://127.0.0.1:6391/0"))
-    blaze_max_pending_bytes: int = field(
-        default_factory=lambda: int(_env("NDSTORE_BLAZE_MAX_PENDING_BYTES", str(4 * GiB))))
-    blaze_merge_interval_s: float = field(default_factory=lambda: float(_env("NDSTORE_BLAZE_MERGE_INTERVAL_S", "30")))
-    blaze_merge_backlog_bytes: int = field(
-        default_factory=lambda: int(_env("NDSTORE_BLAZE_MERGE_BACKLOG_BYTES", str(GiB))))
-    spark_master: str = field(default_factory=lambda: _env("NDSTORE_SPARK_MASTER", "local[*]"))
-    ingest_endpoint_url: str | None = field(default_factory=lambda: os.environ.get("NDSTORE_INGEST_ENDPOINT_URL"))
-    # What /v1/ingest/ tells upload clients, where they reach the endpoint by another name.
-    ingest_public_endpoint_url: str | None = field(
-        default_factory=lambda: os.environ.get("NDSTORE_INGEST_PUBLIC_ENDPOINT_URL"))
-    tile_bucket: str = field(default_factory=lambda: _env("NDSTORE_TILE_BUCKET", "ndstore-tiles"))
-    tile_index_table: str = field(default_factory=lambda: _env("NDSTORE_TILE_INDEX_TABLE", "ndstore-tile-index"))
-    ingest_queue_prefix: str = field(default_factory=lambda: _env("NDSTORE_INGEST_QUEUE_PREFIX", "ndstore-ingest"))
-    ingest_visibility_s: int = field(default_factory=lambda: int(_env("NDSTORE_INGEST_VISIBILITY_S", "60")))
-    ingest_max_tries: int = field(default_factory=lambda: int(_env("NDSTORE_INGEST_MAX_TRIES", "3")))
-    ingest_notify_queue: bool = field(default_factory=lambda: _env("NDSTORE_INGEST_NOTIFY_QUEUE", "1") == "1")
-    ingest_supercuboid_function: str = field(default_factory=lambda: _env("NDSTORE_INGEST_SUPERCUBOID_FUNCTION", ""))
-    ingest_cleanup_function: str = field(default_factory=lambda: _env("NDSTORE_INGEST_CLEANUP_FUNCTION", ""))
-    downsample_function: str = field(default_factory=lambda: _env("NDSTORE_DOWNSAMPLE_FUNCTION", ""))
-    ingest_workers: int = field(default_factory=lambda: int(_env("NDSTORE_INGEST_WORKERS", "2")))
-    anon_read_rate: str = field(default_factory=lambda: _env("NDSTORE_ANON_READ_RATE", "3000/min"))
-    fsync: bool = field(default_factory=lambda: _env("NDSTORE_FSYNC", "1") == "1")
+    aws_timeout_s: float | None = _env("NDSTORE_AWS_TIMEOUT_S", None, _optional(float))
+    locks: str = _env("NDSTORE_LOCKS", "redis")
+    redis_url: str = _env("NDSTORE_REDIS_URL", "redis://127.0.0.1:6390/0")
+    cache_redis_url: str | None = _env("NDSTORE_CACHE_REDIS_URL", None)  # None: redis_url
+    flush_age_s: float = _env("NDSTORE_FLUSH_AGE_S", 5.0, float)
+    flush_interval_s: float = _env("NDSTORE_FLUSH_INTERVAL_S", 1.0, float)
+    flush_in_flight: int = _env("NDSTORE_FLUSH_IN_FLIGHT", 4, int)
+    cache_high_bytes: int = _env("NDSTORE_CACHE_HIGH_BYTES", 4 * GiB, int)
+    cache_low_bytes: int = _env("NDSTORE_CACHE_LOW_BYTES", 3 * GiB, int)
+    io_parallelism: int = _env("NDSTORE_IO_PARALLELISM", 16, int)
+    max_body_bytes: int = _env("NDSTORE_MAX_BODY_BYTES", GiB, int)
+    max_cutout_bytes: int = _env("NDSTORE_MAX_CUTOUT_BYTES", GiB, int)
+    lock_lease_ms: int = _env("NDSTORE_LOCK_LEASE_MS", 30000, int)
+    blaze_redis_url: str = _env("NDSTORE_BLAZE_REDIS_URL", "redis://127.0.0.1:6391/0")
+    blaze_max_pending_bytes: int = _env("NDSTORE_BLAZE_MAX_PENDING_BYTES", 4 * GiB, int)
+    blaze_merge_interval_s: float = _env("NDSTORE_BLAZE_MERGE_INTERVAL_S", 30.0, float)
+    blaze_merge_backlog_bytes: int = _env("NDSTORE_BLAZE_MERGE_BACKLOG_BYTES", GiB, int)
+    spark_master: str = _env("NDSTORE_SPARK_MASTER", "local[*]")
+    # the ingest pipeline's queues, tile store and job state: `local` (SQLite and a directory under
+    # data_dir: the default) or `aws` (SQS, S3, DynamoDB at ingest_endpoint_url, or AWS itself)
+    ingest_backend: str | None = _env("NDSTORE_INGEST_BACKEND", None)  # None: aws if an endpoint is set
+    ingest_endpoint_url: str | None = _env("NDSTORE_INGEST_ENDPOINT_URL", None)
+    # Where upload clients reach the tile store, when not as the service does: the S3 endpoint in
+    # presigned PUTs (aws), or the service's own base URL (local).
+    ingest_public_endpoint_url: str | None = _env("NDSTORE_INGEST_PUBLIC_ENDPOINT_URL", None)
+    tile_bucket: str = _env("NDSTORE_TILE_BUCKET", "ndstore-tiles")
+    tile_index_table: str = _env("NDSTORE_TILE_INDEX_TABLE", "ndstore-tile-index")
+    ingest_queue_prefix: str = _env("NDSTORE_INGEST_QUEUE_PREFIX", "ndstore-ingest")
+    ingest_visibility_s: int = _env("NDSTORE_INGEST_VISIBILITY_S", 60, int)
+    ingest_max_tries: int = _env("NDSTORE_INGEST_MAX_TRIES", 3, int)
+    ingest_notify_queue: bool = _env("NDSTORE_INGEST_NOTIFY_QUEUE", True, _flag)
+    ingest_supercuboid_function: str = _env("NDSTORE_INGEST_SUPERCUBOID_FUNCTION", "")
+    ingest_cleanup_function: str = _env("NDSTORE_INGEST_CLEANUP_FUNCTION", "")
+    downsample_function: str = _env("NDSTORE_DOWNSAMPLE_FUNCTION", "")
+    ingest_workers: int = _env("NDSTORE_INGEST_WORKERS", 2, int)
+    anon_read_rate: str = _env("NDSTORE_ANON_READ_RATE", "3000/min")
+    fsync: bool = _env("NDSTORE_FSYNC", True, _flag)
     # signs what the ingest and downsample handlers trust (ndstore.core.signing); Django's key too
-    secret_key: str = field(default_factory=lambda: _env("NDSTORE_SECRET_KEY", ""), repr=False)
+    secret_key: str = _env("NDSTORE_SECRET_KEY", "", secret=True)
+    # the AWS credentials the service's own processes use, where the environment gives them (else
+    # boto3's usual chain: instance or task roles); Spark tasks carry them with the Config
+    aws_access_key_id: str | None = _env("AWS_ACCESS_KEY_ID", None, secret=True)
+    aws_secret_access_key: str | None = _env("AWS_SECRET_ACCESS_KEY", None, secret=True)
+    aws_session_token: str | None = _env("AWS_SESSION_TOKEN", None, secret=True)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir).resolve())
+        if self.cache_redis_url is None:
+            object.__setattr__(self, "cache_redis_url", self.redis_url)
+        if self.ingest_backend is None:
+            object.__setattr__(self, "ingest_backend", "aws" if self.ingest_endpoint_url else "local")
         self.anon_read_limit  # noqa: B018  parsed once: a malformed rate stops the service at start
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
+        """The settings `environ` (default: this process's environment) gives; defaults for the rest.
+        A value that does not parse stops here, naming the variable."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            name = f.metadata.get("env")
+            if name is None or name not in env:
+                continue
+            try:
+                values[f.name] = f.metadata["parse"](env[name])
+            except ValueError as exc:
+                raise ValueError(f"{name}={env[name]!r} is not a valid setting: {exc}") from None
+        return cls(**values)
+
+    def with_changes(self, **changes: Any) -> Config:
+        return replace(self, **changes)
 
     @functools.cached_property
     def anon_read_limit(self) -> tuple[int, int] | None:
@@ -96,3 +139,8 @@ class Config:
     @property
     def index_path(self) -> Path:
         return self.data_dir / "index.sqlite3"
+
+    @property
+    def ingest_dir(self) -> Path:
+        """The local ingest backend's queues, job state and tiles."""
+        return self.data_dir / "ingest"

@@ -1,58 +1,114 @@
 """The one place where settings become adapters and adapters become engines.
 
-Backends are registered by name; nothing else in the code base chooses between them.
+Backends are registered by name; nothing else in the code base chooses between them. A Config
+comes in (built at the edge: `Config.from_env()`); nothing here reads the environment.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from blaze.buffer import RedisBlazeBuffer
 from blaze.merge import Merger
 from blaze.tier import BlazeTier
 from ndstore.config import Config
 from ndstore.core.signing import Signer
 from ndstore.engine.base_tier import BaseTier
 from ndstore.engine.cache_tier import CacheTier
-from ndstore.engine.direct import CoherentDirect
+from ndstore.engine.direct import CoherentDirect, RawReads
 from ndstore.engine.downsample import Downsampler, DownsampleRuns
 from ndstore.engine.ingest import Ingest
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.engine.writeback import CacheManager, Flusher
 from ndstore.storage import redis_client
+from ndstore.storage.aws import Credentials
+from ndstore.storage.blaze_buffer import RedisBlazeBuffer, RedisMergeRequests, RedisMergerPresence
 from ndstore.storage.dynamodb import DynamoSupercuboidIndex
 from ndstore.storage.filestore import FileObjectStore
 from ndstore.storage.generation import RedisGeneration
-from ndstore.storage.interfaces import ObjectStore, RWLocks, SupercuboidIndex
+from ndstore.storage.interfaces import (
+    JobState,
+    ObjectStore,
+    RWLocks,
+    SupercuboidIndex,
+    TileStore,
+    Triggers,
+    WorkQueue,
+)
+from ndstore.storage.job_state import DynamoJobState
 from ndstore.storage.lambda_triggers import LambdaTriggers
+from ndstore.storage.local_tiles import LocalTileStore
 from ndstore.storage.locks import LocalLocks
 from ndstore.storage.rate_limit import RedisRateLimiter
 from ndstore.storage.redis_cache import RedisCuboidCache
 from ndstore.storage.rwlock import RedisRWLocks
 from ndstore.storage.s3 import S3ObjectStore
 from ndstore.storage.sqlite_index import SqliteSupercuboidIndex
+from ndstore.storage.sqlite_job_state import SqliteJobState
+from ndstore.storage.sqlite_queue import SqliteQueues
 from ndstore.storage.sqs import SqsQueues
 from ndstore.storage.tile_bucket import S3TileBucket
-from ndstore.storage.tile_index import DynamoTileIndex
+
+
+def credentials(c: Config) -> Credentials | None:
+    """The Config's AWS credentials, when it carries them (else boto3's own chain)."""
+    if c.aws_access_key_id and c.aws_secret_access_key:
+        return Credentials(c.aws_access_key_id, c.aws_secret_access_key, c.aws_session_token)
+    return None
+
 
 OBJECT_STORES: dict[str, Callable[[Config], ObjectStore]] = {
     "file": lambda c: FileObjectStore(c.objects_dir, c.io_parallelism, c.fsync),
-    "s3": lambda c: S3ObjectStore(c.s3_bucket, c.s3_endpoint_url, c.aws_region, c.io_parallelism, c.aws_timeout_s),
+    "s3": lambda c: S3ObjectStore(c.s3_bucket, c.s3_endpoint_url, c.aws_region, c.io_parallelism, c.aws_timeout_s,
+                                  credentials(c)),
 }
 INDEXES: dict[str, Callable[[Config], SupercuboidIndex]] = {
     "sqlite": lambda c: SqliteSupercuboidIndex(c.index_path),
     "dynamodb": lambda c: DynamoSupercuboidIndex(c.dynamodb_table, c.dynamodb_endpoint_url, c.aws_region,
-                                                 c.aws_timeout_s),
+                                                 c.aws_timeout_s, credentials(c)),
 }
 LOCKS: dict[str, Callable[[Config], RWLocks]] = {
     "local": lambda c: LocalLocks(),
     "redis": lambda c: RedisRWLocks(redis_client.connect(c.redis_url), lease_ms=c.lock_lease_ms),
 }
+
+
+@dataclass(frozen=True)
+class IngestStores:
+    """The ingest pipeline's (and the downsample runs') queues, tile store, job state and triggers."""
+
+    queues: WorkQueue
+    tiles: TileStore
+    state: JobState
+    triggers: Triggers | None  # None: the local runner polls the queues (no Lambda)
+    uploads: LocalTileStore | None  # the store the service's tile-upload route writes, if it has one
+
+
+def _local_ingest(c: Config) -> IngestStores:
+    """SQLite queues and job state and a tile directory under the data dir: what `ndstore up`
+    runs, durable across its restarts. Uploads come through the service's own route."""
+    queues = SqliteQueues(c.ingest_dir / "queues.sqlite3")
+    tiles = LocalTileStore(c.ingest_dir / "tiles", c.ingest_public_endpoint_url or "http://127.0.0.1:8000",
+                           Signer(c.secret_key, "tile-upload"), queues, c.tile_bucket, c.fsync)
+    return IngestStores(queues, tiles, SqliteJobState(c.ingest_dir / "state.sqlite3"), None, tiles)
+
+
+def _aws_ingest(c: Config) -> IngestStores:
+    """SQS, S3 and DynamoDB (AWS, or an endpoint that speaks them); Lambda triggers when functions
+    are named."""
+    endpoint, creds = c.ingest_endpoint_url, credentials(c)
+    functions = c.ingest_supercuboid_function or c.ingest_cleanup_function or c.downsample_function
+    return IngestStores(SqsQueues(endpoint, c.aws_region, creds),
+                        S3TileBucket(c.tile_bucket, endpoint, c.aws_region, c.io_parallelism,
+                                     c.ingest_public_endpoint_url, creds),
+                        DynamoJobState(c.tile_index_table, endpoint, c.aws_region, creds),
+                        LambdaTriggers(endpoint, c.aws_region, creds) if functions else None, None)
+
+
+INGEST_BACKENDS: dict[str, Callable[[Config], IngestStores]] = {"local": _local_ingest, "aws": _aws_ingest}
 
 
 T = TypeVar("T")
@@ -74,12 +130,13 @@ class Tier(Protocol):
 @dataclass(frozen=True)
 class Services:
     config: Config
-    objects: ObjectStore
     index: SupercuboidIndex
-    base_tier: BaseTier
+    locks: RWLocks  # shared leases; the cache tier's supercuboid locks are its own business
     cache_tier: CacheTier
     direct: CoherentDirect
     blaze_buffer: RedisBlazeBuffer
+    merge_requests: RedisMergeRequests
+    merger_presence: RedisMergerPresence
     blaze: BlazeTier
     merger: Merger
 
@@ -89,7 +146,7 @@ class Services:
         writes); `no_cache` reads the base tier after writing back dirty data; `raw` reads the
         base tier as it is, skipping the cache, its dirty data and pending NDBlaze writes."""
         if access_mode == "raw":
-            return self.base_tier
+            return RawReads(self.cache_tier)
         if path == "blaze":
             return self.blaze
         if path == "direct" or access_mode == "no_cache":
@@ -97,19 +154,19 @@ class Services:
         return self.cache_tier
 
     @functools.cached_property
+    def ingest_stores(self) -> IngestStores:
+        """Built on first use: only the ingest and downsample paths need them."""
+        return _pick(INGEST_BACKENDS, "ingest", self.config.ingest_backend or "local")(self.config)
+
+    @functools.cached_property
     def ingest(self) -> Ingest:
-        """The ingest pipeline's state and phases; built on first use (it needs the ingest
-        endpoints, which only the ingest paths use)."""
-        c = self.config
-        endpoint = c.ingest_endpoint_url
+        """The ingest pipeline's state and phases."""
+        c, stores = self.config, self.ingest_stores
         functions = {phase: name for phase, name in (("supercuboid", c.ingest_supercuboid_function),
                                                      ("cleanup", c.ingest_cleanup_function)) if name}
-        triggers = (LambdaTriggers(endpoint, c.aws_region), functions) if functions else None
-        return Ingest(S3TileBucket(c.tile_bucket, endpoint, c.aws_region, c.io_parallelism,
-                                   c.ingest_public_endpoint_url),
-                      DynamoTileIndex(c.tile_index_table, endpoint, c.aws_region),
-                      SqsQueues(endpoint, c.aws_region), self.direct, c.ingest_queue_prefix, c.ingest_visibility_s,
-                      c.ingest_max_tries, Signer(c.secret_key, "ingest"), triggers)
+        triggers = (stores.triggers, functions) if stores.triggers and functions else None
+        return Ingest(stores.tiles, stores.state, stores.queues, self.direct, c.ingest_queue_prefix,
+                      c.ingest_visibility_s, c.ingest_max_tries, Signer(c.secret_key, "ingest"), self.locks, triggers)
 
     @functools.cached_property
     def downsampler(self) -> Downsampler:
@@ -117,11 +174,10 @@ class Services:
 
     @functools.cached_property
     def downsample_runs(self) -> DownsampleRuns:
-        """SQS-driven hierarchy builds: their queues and state live with the ingest pipeline's."""
-        ingest, c = self.ingest, self.config
-        trigger = (LambdaTriggers(c.ingest_endpoint_url, c.aws_region), c.downsample_function) \
-            if c.downsample_function else None
-        return DownsampleRuns(self.downsampler, ingest.index, ingest.queues, c.ingest_queue_prefix,
+        """Queue-driven hierarchy builds: their queues and state live with the ingest pipeline's."""
+        c, stores = self.config, self.ingest_stores
+        trigger = (stores.triggers, c.downsample_function) if stores.triggers and c.downsample_function else None
+        return DownsampleRuns(self.downsampler, stores.state, stores.queues, c.ingest_queue_prefix,
                               c.ingest_visibility_s, c.ingest_max_tries, Signer(c.secret_key, "downsample"), trigger)
 
     @functools.cached_property
@@ -150,14 +206,14 @@ def build(config: Config) -> Services:
     objects.ensure_ready()
     index.ensure_ready()
     base = BaseTier(objects, index, locks, config.io_parallelism)
-    cache = CacheTier(RedisCuboidCache(redis_client.connect(config.cache_redis_url)), base, locks,
-                      config.io_parallelism)
+    cache = CacheTier(RedisCuboidCache(redis_client.connect(config.cache_redis_url or config.redis_url)), base,
+                      locks, config.io_parallelism)
     direct = CoherentDirect(cache)
     # NDBlaze bodies reach 1 GiB: a write may take longer than redis-py's default 5 s timeout.
-    buffer = RedisBlazeBuffer(redis_client.connect(config.blaze_redis_url, socket_timeout=300),
-                              config.blaze_max_pending_bytes)
-    return Services(config, objects, index, base, cache, direct, buffer, BlazeTier(buffer, direct),
-                    Merger(buffer, cache))
+    blaze_redis = redis_client.connect(config.blaze_redis_url, socket_timeout=300)
+    buffer = RedisBlazeBuffer(blaze_redis, config.blaze_max_pending_bytes)
+    return Services(config, index, locks, cache, direct, buffer, RedisMergeRequests(blaze_redis),
+                    RedisMergerPresence(blaze_redis), BlazeTier(buffer, direct), Merger(buffer, cache))
 
 
 _BUILDING = threading.Lock()
@@ -165,39 +221,36 @@ _BUILDING = threading.Lock()
 
 @functools.lru_cache(maxsize=1)
 def services() -> Services:
-    """The process-wide services, built on first use from the environment. The first requests of
-    a threaded worker arrive together: one builds, the others wait for it and build nothing."""
+    """The process-wide services, built on first use from this process's environment (the edge:
+    web workers, handlers, daemons). The first requests of a threaded worker arrive together:
+    one builds, the others wait for it and build nothing."""
     with _BUILDING:
         if services.cache_info().currsize:  # built while this thread waited for the lock
             return services()
-        return build(Config())
+        return build(Config.from_env())
 
 
 @functools.lru_cache(maxsize=1)
 def metadata_generation() -> RedisGeneration:
     """The metadata generation on the locks' Redis; built alone, without the storage services, as
     management commands that change metadata need nothing else."""
-    return RedisGeneration(redis_client.connect(Config().redis_url))
+    return RedisGeneration(redis_client.connect(Config.from_env().redis_url))
 
 
-_SERVICES: dict[tuple[tuple[str, str], ...], Services] = {}
+_SERVICES: dict[Config, Services] = {}
 
 
-def services_for_settings(settings: Mapping[str, str]) -> Services:
-    """Services built from the NDSTORE_* settings a Spark driver sent with a task; one per
-    distinct settings in this (reused) worker process."""
-    key = tuple(sorted(settings.items()))
-    if key not in _SERVICES:
-        for name in [n for n in os.environ if n.startswith("NDSTORE_")]:
-            del os.environ[name]
-        os.environ.update(settings)
-        _SERVICES[key] = build(Config())
-    return _SERVICES[key]
+def services_for(config: Config) -> Services:
+    """Services built from the Config a Spark driver sent with a task; one per distinct Config
+    in this (reused) worker process."""
+    if config not in _SERVICES:
+        _SERVICES[config] = build(config)
+    return _SERVICES[config]
 
 
-def merger_for_settings(settings: Mapping[str, str]) -> Merger:
-    return services_for_settings(settings).merger
+def merger_for(config: Config) -> Merger:
+    return services_for(config).merger
 
 
-def downsampler_for_settings(settings: Mapping[str, str]) -> Downsampler:
-    return services_for_settings(settings).downsampler
+def downsampler_for(config: Config) -> Downsampler:
+    return services_for(config).downsampler

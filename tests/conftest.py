@@ -1,6 +1,6 @@
 """Shared fixtures: real servers on loopback, each started and stopped by its fixture.
 
-- moto's server (one request at a time, see ndstore/client/moto_endpoint.py): S3, SQS, DynamoDB
+- moto's server (one request at a time, see ndstore/ops/moto_endpoint.py): S3, SQS, DynamoDB
   and Lambda over real HTTP, one per test session.
 - redis-server: its own free port and data directory, one per test session (and another for
   the NDBlaze buffer).
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
-    from ndstore.client.moto_endpoint import SerialMotoServer
+    from ndstore.ops.moto_endpoint import SerialMotoServer
 
     server = SerialMotoServer().start()
     yield server.url
@@ -51,7 +51,7 @@ def moto_endpoint() -> Iterator[str]:
 
 
 def _redis_server(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[str]:
-    from ndstore.client.localstack import free_port, start_redis
+    from ndstore.ops.localstack import free_port, start_redis
 
     port = free_port()
     proc = start_redis(tmp_path_factory.mktemp(name), port)
@@ -122,7 +122,7 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     """Three redis-server processes on loopback joined into a Redis Cluster (no replicas)."""
     import shutil
 
-    from ndstore.client.localstack import free_port
+    from ndstore.ops.localstack import free_port
 
     def _port_free(port: int) -> bool:
         import socket
@@ -208,7 +208,7 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spark
 
     import pyspark
 
-    from ndstore.client.localstack import free_port
+    from ndstore.ops.localstack import free_port
 
     if shutil.which("java") is None:
         pytest.skip("no JRE: Spark needs java")

@@ -30,7 +30,7 @@ from ndstore.api.models import AuditEntry
 from ndstore.core.errors import StorageError
 
 log = logging.getLogger(__name__)
-DATA_PLANE = re.compile(r"^/v1/ingest/\d+/(tasks|uploads)/")  # upload work of a job, not administration
+DATA_PLANE = re.compile(r"^/v1/ingest/(\d+/(tasks|uploads)/|tiles/)")  # upload work, not administration
 MAX_BODY = 4096
 
 

@@ -32,7 +32,7 @@ def create_demo(admin: Any) -> bool:
     labels = Channel.objects.create(experiment=exp, name="labels", type="annotation", datatype="uint64",
                                     sources=["image"], creator=admin)
     box = Box((0, 0, 0), DEMO_SHAPE_XYZ)
-    tier = services().base_tier
+    tier = services().direct
     limit = 1 << 40
     for chan, data in ((image, synthetic.em_like(box.shape_zyx, seed=1)),
                        (labels, synthetic.sparse_labels(box.shape_zyx, seed=2, dtype=np.uint64))):

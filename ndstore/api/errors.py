@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from ndstore.core import errors
+from ndstore.core.signing import BadSignature
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +24,7 @@ STATUS = {
     errors.UnsupportedMediaType: 415,
     errors.StorageError: 503,
     errors.DataCorrupt: 500,
+    BadSignature: 403,
 }
 
 

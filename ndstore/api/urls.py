@@ -76,6 +76,7 @@ urlpatterns = [
     path("v1/ingest/<int:job_id>/tasks/", ingest.IngestTasks.as_view()),
     path("v1/ingest/<int:job_id>/tasks/failed/", ingest.IngestFailedTasks.as_view()),
     path("v1/ingest/<int:job_id>/uploads/", ingest.IngestUploads.as_view()),
+    path("v1/ingest/tiles/<path:key>", ingest.LocalTileUpload.as_view()),
     path("v1/blaze/merge/<slug:request_id>/", blaze.BlazeMergeRequestView.as_view()),
     *[path(f"precomputed/<name:collection>/<name:experiment>/<name:channel>/{tail}", view.as_view())
       for tail, view in precomputed.ROUTES],

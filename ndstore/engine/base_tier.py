@@ -1,4 +1,6 @@
-"""Direct I/O: read and write arbitrary boxes straight against the base tier.
+"""The base tier: arbitrary boxes read from and written to the supercuboids of the object store,
+with the supercuboid index kept in step. It owns no cache: the cache tier (cache_tier.py) keeps
+it coherent with cached copies, and everything else reaches it through the cache tier.
 
 Reads fetch every touched supercuboid in parallel and decompress only the cuboids the box
 needs; a missing object reads as zeros. Writes lock the touched supercuboids (so two writers
@@ -20,14 +22,14 @@ import numpy.typing as npt
 
 from ndstore.core.chunks import decode_supercuboid_region, encode_supercuboid
 from ndstore.core.errors import InvalidBody
-from ndstore.core.geometry import Box, Grid, SupercuboidPart, plan_supercuboids
+from ndstore.core.geometry import Box, Grid
 from ndstore.core.keys import SupercuboidKey
+from ndstore.core.parallel import run_all
+from ndstore.core.plan import PlannedPart
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.storage.interfaces import ExclusiveLocks, ObjectStore, SupercuboidIndex
-from ndstore.storage.parallel import run_all
 
 Array = npt.NDArray[Any]
-_Job = tuple[SupercuboidKey, int, SupercuboidPart]  # key, time position in the cutout, part
 
 
 class BaseTier:
@@ -40,30 +42,20 @@ class BaseTier:
         # waits on it can never starve it.
         self._codec = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="codec")
 
-    def plan(self, cutout: Cutout) -> tuple[Grid, list[_Job]]:
-        grid = cutout.channel.grid(cutout.resolution)
-        parts = plan_supercuboids(cutout.box, grid)
-        jobs = [
-            (cutout.channel.volume_key(cutout.resolution, t).supercuboid(p.morton), ti, p)
-            for ti, t in enumerate(cutout.times)
-            for p in parts
-        ]
-        return grid, jobs
-
     def read(self, cutout: Cutout) -> Array:
         """The cutout as a (t, z, y, x) array; regions with nothing stored are zeros."""
-        grid, jobs = self.plan(cutout)
+        plan = cutout.plan()
         out = np.empty(cutout.shape, cutout.channel.dtype)  # every voxel is written below, once
-        by_key = {key.object_key: (ti, part) for key, ti, part in jobs}
+        by_key = {p.key.object_key: p for p in plan.parts}
         decodes: list[Future[None]] = []
         for object_key, blob in self.objects.get_many(list(by_key)):
-            ti, part = by_key[object_key]
-            target = out[ti][part.in_box(cutout.box)]
+            planned = by_key[object_key]
+            target = out[planned.time_index][planned.part.in_box(cutout.box)]
             if blob is None:
                 target[...] = 0
             else:
-                decodes.append(self._pool.submit(decode_supercuboid_region, blob, part.local_region(grid), target,
-                                                 self._codec.map))
+                decodes.append(self._pool.submit(decode_supercuboid_region, blob, planned.part.local_region(plan.grid),
+                                                 target, self._codec.map))
         for fut in decodes:
             fut.result()
         return out
@@ -74,23 +66,22 @@ class BaseTier:
             raise InvalidBody(
                 f"data {data.shape} {data.dtype} does not fit the box {cutout.shape} {cutout.channel.dtype}"
             )
-        _, jobs = self.plan(cutout)
-        with self.locks.hold([key.name for key, _, _ in jobs]):
+        with self.locks.hold(cutout.plan().names):
             self.write_locked(cutout, data)
 
     def write_locked(self, cutout: Cutout, data: Array) -> None:
         """`write` for a caller that already holds the write locks of every touched supercuboid."""
-        grid, jobs = self.plan(cutout)
-        run_all(self._pool, lambda job: self._write_one(job, grid, data[job[1]][job[2].in_box(cutout.box)]), jobs)
+        plan = cutout.plan()
+        run_all(self._pool, lambda p: self._write_one(p, plan.grid, data[p.time_index][p.part.in_box(cutout.box)]),
+                plan.parts)
 
-    def _write_one(self, job: _Job, grid: Grid, src: Array) -> None:
-        key, _, part = job
-        if part.full:
+    def _write_one(self, planned: PlannedPart, grid: Grid, src: Array) -> None:
+        if planned.part.full:
             merged = src
         else:
-            merged = self.read_supercuboid(key, grid, src.dtype)
-            merged[part.in_supercuboid(grid)] = src
-        self.store_array(key, merged, grid)
+            merged = self.read_supercuboid(planned.key, grid, src.dtype)
+            merged[planned.part.in_supercuboid(grid)] = src
+        self.store_array(planned.key, merged, grid)
 
     def store_array(self, key: SupercuboidKey, whole: Array, grid: Grid) -> None:
         """Encode a whole (z, y, x) supercuboid and `store` it; the caller holds its write lock."""

@@ -1,4 +1,7 @@
-"""The cache tier: reads and writes through Redis, written back to the base tier.
+"""The cache tier: reads and writes through Redis, written back to the base tier. It owns the
+cache, the readers-writer locks and the base tier: everything else (direct I/O, NDBlaze reads
+and merges, the flusher and the cache manager, downsampling, purges) calls the small surface
+below, so the coherence protocol between a cached copy and the base tier is written once.
 
 Read: plan the box into supercuboids; take read locks on the resident ones and write locks on
 the missing ones, together (one consistent snapshot); page in what is still missing (re-checked
@@ -8,17 +11,22 @@ and assemble.
 Write: under write locks, page in what is missing, merge partly covered cuboids, store the new
 cuboid blobs and mark the supercuboids dirty; the flusher writes them back (or, for a
 write-through channel, the write does before it returns).
-See docs/design/cache-tier.md.
+Coherence (`read_base`, `write_base`, `rewrite_supercuboid`): under read locks, dirty cached
+copies are written back before the base tier is read; under write locks, cached copies are
+written back if dirty and dropped before the base tier is changed, so no stale copy stays
+readable. See docs/design/cache-tier.md.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -34,12 +42,14 @@ from ndstore.core.chunks import (
 from ndstore.core.errors import InvalidBody, StorageError
 from ndstore.core.geometry import Grid, SupercuboidPart
 from ndstore.core.keys import SupercuboidKey
+from ndstore.core.parallel import map_ordered, run_all
+from ndstore.core.plan import PlannedPart
 from ndstore.engine.base_tier import BaseTier
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.storage.interfaces import CuboidCache, RWLocks
-from ndstore.storage.parallel import map_ordered, run_all
 
 Array = npt.NDArray[Any]
+T = TypeVar("T")
 META = -1  # cache field holding "dtype cuboid-shape counts", so the flusher needs no metadata DB
 
 
@@ -53,23 +63,38 @@ def _parse_meta(raw: bytes) -> tuple[np.dtype, Grid]:
     return np.dtype(dtype), Grid((v[0], v[1], v[2]), (v[3], v[4], v[5]))
 
 
+@dataclass(frozen=True)
+class Rewrite:
+    """A supercuboid its holder may read and store: it holds its write lock, uncached."""
+
+    base: BaseTier
+    key: SupercuboidKey
+
+    def read(self, grid: Grid, dtype: np.dtype) -> Array:
+        """The whole supercuboid, (z, y, x), zeros where nothing is stored."""
+        return self.base.read_supercuboid(self.key, grid, dtype)
+
+    def store(self, whole: Array, grid: Grid) -> None:
+        self.base.store_array(self.key, whole, grid)
+
+
 class CacheTier:
     def __init__(self, cache: CuboidCache, base: BaseTier, locks: RWLocks, parallelism: int = 8,
                  clock: Callable[[], float] = time.time):
-        self.cache = cache
-        self.base = base
-        self.locks = locks
-        self.clock = clock
+        self._cache = cache
+        self._base = base
+        self._locks = locks
+        self._clock = clock
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="cache-tier")
         # Per-cuboid codec work of one supercuboid (blosc releases the GIL: see core.chunks).
         self._codec = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="cache-codec")
 
     # -- reads -------------------------------------------------------------------------------
     def read(self, cutout: Cutout) -> Array:
-        grid, jobs = self.base.plan(cutout)
-        keys = list({key.name: key for key, _, _ in jobs}.values())
+        plan = cutout.plan()
+        grid, keys = plan.grid, plan.keys
         names = [k.name for k in keys]
-        wanted = {key.name: [n for n, _, _ in self._touching(part, grid)] for key, _, part in jobs}
+        wanted = {p.key.name: [n for n, _, _ in self._touching(p.part, grid)] for p in plan.parts}
         blobs = None
         for attempt in range(5):
             # the last try takes write locks on them all: eviction needs those too, so cannot win again
@@ -78,10 +103,10 @@ class CacheTier:
                 break
         if blobs is None:
             raise StorageError("the cache evicted this box's supercuboids faster than it could read them; try again")
-        self.cache.touch(names, self.clock())
+        self._cache.touch(names, self._clock())
         out = np.empty(cutout.shape, cutout.channel.dtype)
-        run_all(self._pool, lambda job: self._decode(job, blobs[job[0].name], wanted[job[0].name], grid, out,
-                                                     cutout), jobs)
+        run_all(self._pool, lambda p: self._decode(p, blobs[p.key.name], wanted[p.key.name], grid, out, cutout),
+                plan.parts)
         return out
 
     def _read_blobs(self, keys: list[SupercuboidKey], wanted: dict[str, list[int]], dtype: np.dtype,
@@ -92,14 +117,14 @@ class CacheTier:
         lock first) and their blobs used straight away. None when a supercuboid was evicted
         before its read lock was taken."""
         names = [k.name for k in keys]
-        was_resident = dict(zip(names, [False] * len(names) if exclusive else self.cache.resident(names)))
+        was_resident = dict(zip(names, [False] * len(names) if exclusive else self._cache.resident(names)))
         missing = [k for k in keys if not was_resident[k.name]]
-        with self.locks.mixed(reads=[n for n in names if was_resident[n]], writes=[k.name for k in missing]):
-            resident = dict(zip(names, self.cache.resident(names)))
+        with self._locks.mixed(reads=[n for n in names if was_resident[n]], writes=[k.name for k in missing]):
+            resident = dict(zip(names, self._cache.resident(names)))
             if any(was_resident[n] and not resident[n] for n in names):
                 return None
             fetched = self._fetch([k for k in missing if not resident[k.name]], dtype, grid)
-            blobs = self.cache.get_many({n: wanted[n] for n in names if n not in fetched})
+            blobs = self._cache.get_many({n: wanted[n] for n in names if n not in fetched})
         for name, all_blobs in fetched.items():
             blobs[name] = [all_blobs[i] for i in wanted[name]]
         return blobs
@@ -108,13 +133,12 @@ class CacheTier:
     def _touching(part: SupercuboidPart, grid: Grid) -> list[Any]:
         return cuboids_touching(part.local_region(grid), grid.cuboid, grid.cuboids_per_super)
 
-    def _decode(self, job: Any, blobs: list[bytes | None], numbers: list[int], grid: Grid, out: Array,
+    def _decode(self, planned: PlannedPart, blobs: list[bytes | None], numbers: list[int], grid: Grid, out: Array,
                 cutout: Cutout) -> None:
-        key, ti, part = job
         if any(b is None for b in blobs):
-            raise StorageError(f"cuboids of supercuboid {key.name} vanished from the cache; try again")
+            raise StorageError(f"cuboids of supercuboid {planned.key.name} vanished from the cache; try again")
         decode_blobs_region(dict(zip(numbers, blobs)), grid.cuboid, grid.cuboids_per_super,  # type: ignore[arg-type]
-                            part.local_region(grid), out[ti][part.in_box(cutout.box)],
+                            planned.part.local_region(grid), out[planned.time_index][planned.part.in_box(cutout.box)],
                             partial(map_ordered, self._codec))
 
     def _fetch(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid) -> dict[str, list[bytes]]:
@@ -123,9 +147,9 @@ class CacheTier:
             return {}
         by_object = {k.object_key: k for k in keys}
         count = int(np.prod(grid.cuboids_per_super))
-        now = self.clock()
+        now = self._clock()
         fetched: dict[str, list[bytes]] = {}
-        for object_key, obj in self.base.objects.get_many(list(by_object)):
+        for object_key, obj in self._base.objects.get_many(list(by_object)):
             if obj is None:
                 blobs = [b""] * count  # known all-zero: no further base-tier access for it
             else:
@@ -133,7 +157,7 @@ class CacheTier:
                 if stored_dtype != dtype:
                     raise InvalidBody(f"stored supercuboid has dtype {stored_dtype}, channel has {dtype}")
             name = by_object[object_key].name
-            self.cache.put(name, {META: _meta(dtype, grid), **dict(enumerate(blobs))}, now, dirty=False)
+            self._cache.put(name, {META: _meta(dtype, grid), **dict(enumerate(blobs))}, now, dirty=False)
             fetched[name] = blobs
         return fetched
 
@@ -141,27 +165,28 @@ class CacheTier:
     def write(self, cutout: Cutout, data: Array) -> None:
         if data.shape != cutout.shape or data.dtype != cutout.channel.dtype:
             raise InvalidBody(f"data {data.shape} {data.dtype} does not fit the box {cutout.shape}")
-        grid, jobs = self.base.plan(cutout)
-        keys = list({key.name: key for key, _, _ in jobs}.values())
-        touching = {key.name: self._touching(part, grid) for key, _, part in jobs}
+        plan = cutout.plan()
+        grid, keys = plan.grid, plan.keys
+        touching = {p.key.name: self._touching(p.part, grid) for p in plan.parts}
         partly = {name: [n for n, cbox, sub in items if sub != cbox] for name, items in touching.items()}
-        with self.locks.write([k.name for k in keys]):
+        with self._locks.write([k.name for k in keys]):
             # whether each supercuboid is resident and its partly covered cuboids, in one round
             # trip; one that is not resident is paged in whole first
-            old = self.cache.get_if_resident(partly)
+            old = self._cache.get_if_resident(partly)
             paged = self._fetch([k for k in keys if old[k.name] is None], cutout.channel.dtype, grid)
             for name, blobs in paged.items():
                 old[name] = [blobs[n] for n in partly[name]]
-            run_all(self._pool, lambda job: self._merge(job, grid, data[job[1]][job[2].in_box(cutout.box)],
-                                                        touching[job[0].name],
-                                                        dict(zip(partly[job[0].name], old[job[0].name] or []))),
-                    jobs)
+            run_all(self._pool, lambda p: self._merge(p, grid, data[p.time_index][p.part.in_box(cutout.box)],
+                                                      touching[p.key.name],
+                                                      dict(zip(partly[p.key.name], old[p.key.name] or []))),
+                    plan.parts)
             if cutout.channel.write_through:
                 for key in keys:
-                    self.flush_locked(key.name)
+                    self._flush_locked(key.name)
 
-    def _merge(self, job: Any, grid: Grid, src: Array, touching: list[Any], old: dict[int, bytes | None]) -> None:
-        key, _, part = job
+    def _merge(self, planned: PlannedPart, grid: Grid, src: Array, touching: list[Any],
+               old: dict[int, bytes | None]) -> None:
+        key, part = planned.key, planned.part
         shape = (grid.cuboid[2], grid.cuboid[1], grid.cuboid[0])
         local = part.local_region(grid)
 
@@ -175,55 +200,124 @@ class CacheTier:
             return n, compress_cuboid(cuboid)
 
         new = dict(map_ordered(self._codec, merged, touching))
-        self.cache.put(key.name, {META: _meta(src.dtype, grid), **new}, self.clock(), dirty=True)
+        self._cache.put(key.name, {META: _meta(src.dtype, grid), **new}, self._clock(), dirty=True)
 
-    # -- write-back --------------------------------------------------------------------------
-    def flush_locked(self, name: str) -> None:
+    # -- coherence with the base tier: direct I/O, NDBlaze reads and merges --------------------
+    @contextmanager
+    def _consistent(self, names: Sequence[str]) -> Iterator[None]:
+        """Read locks on `names`, dirty cached copies written back: the base tier is current."""
+        with self._locks.read(names):
+            for name, dirty in zip(names, self._cache.is_dirty(names)):
+                if dirty:
+                    self._flush_locked(name)
+            yield
+
+    @contextmanager
+    def exclusive(self, names: Sequence[str]) -> Iterator[None]:
+        """Write locks on `names`, cached copies written back if dirty and dropped: the caller may
+        change these supercuboids in the base tier, and no one reads or writes them meanwhile."""
+        with self._locks.write(names):
+            for name, resident in zip(names, self._cache.resident(names)):
+                if resident:
+                    self._evict_locked(name)
+            yield
+
+    def read_base(self, cutout: Cutout, also: Callable[[Sequence[str]], T]) -> tuple[Array, T]:
+        """The base tier's copy of the cutout, with every acknowledged write in it, and
+        ``also(supercuboid names)`` called under the same read locks: one snapshot that no
+        writer of those supercuboids can change in between."""
+        names = cutout.plan().names
+        with self._consistent(names):
+            return self._base.read(cutout), also(names)
+
+    def read_raw(self, cutout: Cutout) -> Array:
+        """The base tier as it is, dirty cached data ignored (`?access-mode=raw`)."""
+        return self._base.read(cutout)
+
+    def write_base(self, cutout: Cutout, data: Array) -> None:
+        """Write straight to the base tier, leaving no cached copy of what it changes."""
+        with self.exclusive(cutout.plan().names):
+            self._base.write_locked(cutout, data)
+
+    @contextmanager
+    def rewriting(self, key: SupercuboidKey) -> Iterator[Rewrite]:
+        """One supercuboid to read whole from the base tier and store back, under its write lock
+        with no cached copy left (the NDBlaze merge)."""
+        with self.exclusive([key.name]):
+            yield Rewrite(self._base, key)
+
+    # -- write-back and eviction: the daemons ---------------------------------------------------
+    def _flush_locked(self, name: str) -> None:
         """Write one resident supercuboid back to the base tier and mark it clean. The caller
         holds its read or write lock, so no write can slip in between."""
-        meta = self.cache.get_many({name: [META]})[name][0]
+        meta = self._cache.get_many({name: [META]})[name][0]
         if meta is None:
-            self.cache.clear_dirty(name)  # evicted after flushing elsewhere; nothing to write
+            self._cache.clear_dirty(name)  # evicted after flushing elsewhere; nothing to write
             return
         dtype, grid = _parse_meta(meta)
         count = int(np.prod(grid.cuboids_per_super))
-        blobs = self.cache.get_all(name, count)
+        blobs = self._cache.get_all(name, count)
         if any(b is None for b in blobs):
             raise StorageError(f"supercuboid {name} is only partly in the cache; not flushed")
-        self.base.store(SupercuboidKey.from_name(name),
-                        join_supercuboid([b or b"" for b in blobs], dtype, grid.cuboid, grid.cuboids_per_super))
-        self.cache.clear_dirty(name)
+        self._base.store(SupercuboidKey.from_name(name),
+                         join_supercuboid([b or b"" for b in blobs], dtype, grid.cuboid, grid.cuboids_per_super))
+        self._cache.clear_dirty(name)
 
     def flush(self, names: Sequence[str]) -> int:
         """Flush the named supercuboids that are still dirty, each under its read lock."""
         def one(name: str) -> int:
-            with self.locks.read([name]):
-                if self.cache.is_dirty([name])[0]:
-                    self.flush_locked(name)
+            with self._locks.read([name]):
+                if self._cache.is_dirty([name])[0]:
+                    self._flush_locked(name)
                     return 1
             return 0
         return sum(self._pool.map(one, names))
 
-    def flush_older_than(self, age_s: float, limit: int) -> int:
-        return self.flush(self.cache.dirty_before(self.clock() - age_s, limit))
+    def due_for_write_back(self, age_s: float, limit: int) -> list[str]:
+        """Supercuboids dirty for longer than `age_s`, oldest first."""
+        return self._cache.dirty_before(self._clock() - age_s, limit)
+
+    def write_back(self, prefix: str) -> int:
+        """Flush every dirty cached supercuboid whose name starts with `prefix` (a channel, a
+        level of it): the base tier and its index then hold all of it."""
+        return self.flush([n for n in self._cache.names_with_prefix(prefix) if n.startswith(prefix)])
 
     def flush_all(self) -> int:
         total = 0
-        while names := self.cache.dirty_before(float("inf"), 256):
+        while names := self._cache.dirty_before(float("inf"), 256):
             total += self.flush(names)
         return total
 
-    # -- eviction and coherence --------------------------------------------------------------
-    def evict_locked(self, name: str) -> None:
+    def _evict_locked(self, name: str) -> None:
         """Drop a supercuboid from the cache, flushing it first if dirty; caller holds its write lock."""
-        if self.cache.is_dirty([name])[0]:
-            self.flush_locked(name)
-        self.cache.evict(name)
+        if self._cache.is_dirty([name])[0]:
+            self._flush_locked(name)
+        self._cache.evict(name)
+
+    def evict(self, name: str, lock_timeout_s: float) -> bool:
+        """Drop one supercuboid from the cache (written back first if dirty) unless its lock is
+        busy for longer than `lock_timeout_s` (LockTimeout). False when it was not resident."""
+        with self._locks.write([name], timeout_s=lock_timeout_s):
+            if not self._cache.resident([name])[0]:
+                return False
+            self._evict_locked(name)
+            return True
+
+    def coldest(self, count: int) -> list[str]:
+        """The least recently used resident supercuboids."""
+        return self._cache.coldest(count)
+
+    def memory_used(self) -> int:
+        return self._cache.used_memory()
+
+    def occupancy(self) -> tuple[int, int]:
+        """(resident, dirty) supercuboids."""
+        return self._cache.count()
 
     def purge(self, channel: ChannelVolume) -> int:
         """Delete every voxel of a channel: cached copies (dirty ones too, unflushed), then every
         stored supercuboid. Returns the number of stored supercuboids deleted."""
-        for name in self.cache.names_with_prefix(channel.name_prefix):
-            with self.locks.write([name]):
-                self.cache.evict(name)
-        return self.base.purge(channel)
+        for name in self._cache.names_with_prefix(channel.name_prefix):
+            with self._locks.write([name]):
+                self._cache.evict(name)
+        return self._base.purge(channel)

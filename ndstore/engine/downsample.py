@@ -26,10 +26,7 @@ from ndstore.core.keys import SEPARATOR
 from ndstore.core.signing import BadSignature, Signer
 from ndstore.engine.direct import CoherentDirect
 from ndstore.engine.volume import ChannelVolume, Cutout
-from ndstore.storage.interfaces import SupercuboidIndex
-from ndstore.storage.lambda_triggers import LambdaTriggers
-from ndstore.storage.sqs import QueueCounts, SqsQueues
-from ndstore.storage.tile_index import DynamoTileIndex
+from ndstore.storage.interfaces import JobState, QueueCounts, SupercuboidIndex, Triggers, WorkQueue
 
 log = logging.getLogger("ndstore.downsample")
 Parent = tuple[int, int, tuple[int, int, int]]  # (level, t, supercuboid index x, y, z)
@@ -59,9 +56,7 @@ class Downsampler:
 
     def write_back(self, channel: ChannelVolume, level: int) -> int:
         """Write back the level's dirty cached supercuboids, so the index lists every child."""
-        tier = self.direct.tier
-        prefix = f"{channel.name_prefix}{level}{SEPARATOR}"
-        return tier.flush([n for n in tier.cache.names_with_prefix(channel.name_prefix) if n.startswith(prefix)])
+        return self.direct.tier.write_back(f"{channel.name_prefix}{level}{SEPARATOR}")
 
     def build_parent(self, channel: ChannelVolume, parent: Parent) -> None:
         level, t, index = parent
@@ -131,8 +126,8 @@ def _task(job: DownsampleJob, parent: Parent) -> str:
 class DownsampleRuns:
     """Builds driven by SQS: one task per parent; the task that completes a level queues the next."""
 
-    def __init__(self, downsampler: Downsampler, state: DynamoTileIndex, queues: SqsQueues, queue_prefix: str,
-                 visibility_s: int, max_tries: int, signer: Signer, trigger: tuple[LambdaTriggers, str] | None = None):
+    def __init__(self, downsampler: Downsampler, state: JobState, queues: WorkQueue, queue_prefix: str,
+                 visibility_s: int, max_tries: int, signer: Signer, trigger: tuple[Triggers, str] | None = None):
         """`signer`: the service's key; a run's record (its channel) is sealed with it, so whoever
         can write the state table cannot point a run at another channel. `trigger`: on AWS, the
         Lambda API and the function a job's queue triggers; None where the local runner polls."""

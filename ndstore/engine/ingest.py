@@ -32,13 +32,21 @@ from ndstore.core.signing import BadSignature, Signer
 from ndstore.core.tiles import SupercuboidRef, TileLayout, TileRef, decode_tile, parse_tile_key, tile_key
 from ndstore.engine.direct import CoherentDirect
 from ndstore.engine.volume import ChannelVolume, Cutout
-from ndstore.storage.lambda_triggers import LambdaTriggers
-from ndstore.storage.sqs import QueueCounts, SqsQueues
-from ndstore.storage.tile_bucket import RECEIPT, SHA256, SIGNATURE, S3TileBucket, UploadTarget
-from ndstore.storage.tile_index import DynamoTileIndex
+from ndstore.storage.interfaces import (
+    ExclusiveLocks,
+    JobState,
+    QueueCounts,
+    TileStore,
+    Triggers,
+    UploadTarget,
+    WorkQueue,
+)
 
 log = logging.getLogger("ndstore.ingest")
 PHASES = ("upload", "supercuboid", "cleanup")
+# A tile's metadata (x-amz-meta-* in S3): its upload task's receipt, the SHA-256 of the content its
+# uploader was given leave to send, and the service's signature of (key, SHA-256, receipt).
+RECEIPT, SHA256, SIGNATURE = "upload-receipt", "upload-sha256", "upload-signature"
 MANIFEST_CHUNK = 500  # upload tasks queued per lease while the manifest is not all queued
 MAX_LEASE = 100
 UPLOAD_URL_S = 3600
@@ -145,13 +153,15 @@ def tile_digest(body: bytes) -> str:
 class Ingest:
     """The ingest pipeline's state (tile index, queues, tile bucket) and its three phases."""
 
-    def __init__(self, tiles: S3TileBucket, index: DynamoTileIndex, queues: SqsQueues, direct: CoherentDirect,
-                 queue_prefix: str, visibility_s: int, max_tries: int, signer: Signer,
-                 triggers: tuple[LambdaTriggers, dict[str, str]] | None = None):
+    def __init__(self, tiles: TileStore, index: JobState, queues: WorkQueue, direct: CoherentDirect,
+                 queue_prefix: str, visibility_s: int, max_tries: int, signer: Signer, locks: ExclusiveLocks,
+                 triggers: tuple[Triggers, dict[str, str]] | None = None):
         """`signer`: the service's key for what uploaders and the tile index must not be able to
-        forge. `triggers`: on AWS, the Lambda API and the function of each phase ("supercuboid",
+        forge. `locks`: leases every web node shares (one queues a job's next manifest chunk at a
+        time). `triggers`: on AWS, the Lambda API and the function of each phase ("supercuboid",
         "cleanup") that a job's queues trigger; None where the local runner polls the queues."""
         self.signer = signer
+        self.locks = locks
         self.triggers = triggers
         self.tiles = tiles
         self.index = index
@@ -217,8 +227,9 @@ class Ingest:
     def lease(self, job: IngestJob, count: int) -> list[Lease]:
         """Up to `count` upload tasks of the job for its uploader, hidden from other uploaders
         for the queue's visibility timeout. While the manifest is not all queued, the next chunk
-        is queued first (two uploaders may queue the same chunk: a task's tile then goes up
-        twice, and the second is recorded as a duplicate). Tasks whose tile the index holds
+        is queued first, by one caller at a time (one that dies between queueing a chunk and
+        recording it leaves that chunk to be queued again: its tiles' tasks then come twice, and
+        the second upload of a tile is recorded as a duplicate). Tasks whose tile the index holds
         already are deleted, not handed out."""
         self._queue_manifest_chunk(job)
         upload_url = self.url(job.queue("upload"))
@@ -246,15 +257,19 @@ class Ingest:
                 "done": queued >= total and counts.total == 0}
 
     def _queue_manifest_chunk(self, job: IngestJob) -> None:
-        total, sent = job.layout.tile_count(), self.index.job(job.name)["manifest_sent"]
-        if sent >= total:
+        total = job.layout.tile_count()
+        if self.index.job(job.name)["manifest_sent"] >= total:
             return
-        tiles = job.layout.manifest()
-        for _ in range(sent):
-            next(tiles)
-        batch = [upload_task(job, t) for _, t in zip(range(MANIFEST_CHUNK), tiles)]
-        self.queues.send(self.url(job.queue("upload")), batch)
-        self.index.advance_manifest(job.name, sent, sent + len(batch))
+        with self.locks.hold([f"ingest-manifest&{job.job_id}"]):
+            sent = self.index.job(job.name)["manifest_sent"]  # another caller may have queued it meanwhile
+            if sent >= total:
+                return
+            tiles = job.layout.manifest()
+            for _ in range(sent):
+                next(tiles)
+            batch = [upload_task(job, t) for _, t in zip(range(MANIFEST_CHUNK), tiles)]
+            self.queues.send(self.url(job.queue("upload")), batch)
+            self.index.advance_manifest(job.name, sent, sent + len(batch))
 
     def grant_uploads(self, job: IngestJob, uploads: Sequence[TileUpload]) -> list[UploadTarget]:
         """A presigned PUT per tile, for its key in the job's prefix only, whose metadata carries

@@ -1,14 +1,13 @@
 """Spark for the engine's batch jobs (the NDBlaze merge, the hierarchy build): a session bound to
-loopback with Kryo serialization, and the settings that let a worker build the same services as
-the driver, in local mode (`local[*]`) or on any cluster reached by a master URL."""
+loopback with Kryo serialization, in local mode (`local[*]`) or on any cluster reached by a
+master URL. Workers build their services from the Config the driver sends with each task (a
+value: see ndstore.wiring.services_for), never from their own environment."""
 
 from __future__ import annotations
 
 import os
 import sys
 from typing import Any
-
-SETTINGS_PREFIXES = ("NDSTORE_", "AWS_", "MALLOC_")
 
 
 def spark_session(master: str, app_name: str = "ndstore-blaze-merge") -> Any:
@@ -28,8 +27,3 @@ def spark_session(master: str, app_name: str = "ndstore-blaze-merge") -> Any:
                .config("spark.ui.enabled", "false")
                .config("spark.python.worker.reuse", "true"))
     return builder.getOrCreate()
-
-
-def worker_settings() -> dict[str, str]:
-    """The settings a worker needs to build the same services as this process."""
-    return {k: v for k, v in os.environ.items() if k.startswith(SETTINGS_PREFIXES)}

@@ -5,15 +5,14 @@ task, then reported, and the build stops after that level (a level built on a ho
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
 from ndstore.engine.downsample import Downsampler, Parent
-from ndstore.engine.spark import worker_settings
 from ndstore.engine.volume import ChannelVolume
 
-DownsamplerFactory = Callable[[Mapping[str, str]], Downsampler]
+DownsamplerFactory = Callable[[], Downsampler]  # picklable: built on a worker from the driver's Config
 
 
 def build_hierarchy(spark: Any, channel: ChannelVolume, driver: Downsampler, factory: DownsamplerFactory,
@@ -25,7 +24,7 @@ def build_hierarchy(spark: Any, channel: ChannelVolume, driver: Downsampler, fac
         parents = driver.manifest(channel, level)
         if parents:
             slices = max(1, min(len(parents), context.defaultParallelism * 2))
-            job = partial(_build_partition, factory, worker_settings(), channel, tries)
+            job = partial(_build_partition, factory, channel, tries)
             outcomes = context.parallelize(parents, slices).mapPartitions(job).collect()
         else:
             outcomes = []
@@ -39,9 +38,9 @@ def build_hierarchy(spark: Any, channel: ChannelVolume, driver: Downsampler, fac
     return {"state": "DOWNSAMPLED", "levels": levels}
 
 
-def _build_partition(factory: DownsamplerFactory, settings: Mapping[str, str], channel: ChannelVolume, tries: int,
+def _build_partition(factory: DownsamplerFactory, channel: ChannelVolume, tries: int,
                      parents: Iterator[Parent]) -> Iterator[tuple[Parent, str | None]]:
-    downsampler = factory(settings)
+    downsampler = factory()
     for parent in parents:
         error: str | None = None
         for _ in range(tries):

@@ -10,6 +10,7 @@ import numpy as np
 from ndstore.core.errors import InvalidRequest, PayloadTooLarge
 from ndstore.core.geometry import Box, Grid, HierarchyMethod, check_inside, grid_for_level, level_extent
 from ndstore.core.keys import SEPARATOR, VolumeKey
+from ndstore.core.plan import Plan, plan
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,11 @@ class Cutout:
     @property
     def nbytes(self) -> int:
         return len(self.times) * self.box.nvoxels * self.channel.dtype.itemsize
+
+    def plan(self) -> Plan:
+        """The supercuboids the cutout touches, per time sample, with the part of each."""
+        volumes = [self.channel.volume_key(self.resolution, t) for t in self.times]
+        return plan(volumes, self.box, self.channel.grid(self.resolution))
 
 
 def check_level(channel: ChannelVolume, resolution: int) -> None:

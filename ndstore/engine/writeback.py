@@ -43,8 +43,7 @@ class Flusher:
         self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="flusher")
 
     def run_once(self, age_s: float | None = None) -> int:
-        names = self.tier.cache.dirty_before(self.tier.clock() - (self.age_s if age_s is None else age_s),
-                                             self.max_in_flight * 8)
+        names = self.tier.due_for_write_back(self.age_s if age_s is None else age_s, self.max_in_flight * 8)
         return sum(self._pool.map(self._flush_one, names))
 
     def _flush_one(self, name: str) -> int:
@@ -68,11 +67,11 @@ class CacheManager:
     lock_timeout_s: float = 0.2
 
     def run_once(self) -> int:
-        if self.tier.cache.used_memory() <= self.high_bytes:
+        if self.tier.memory_used() <= self.high_bytes:
             return 0
         evicted = 0
-        while self.tier.cache.used_memory() > self.low_bytes:
-            names = self.tier.cache.coldest(self.batch)
+        while self.tier.memory_used() > self.low_bytes:
+            names = self.tier.coldest(self.batch)
             done = sum(self._evict(n) for n in names)
             if done == 0:
                 break  # everything cold is busy right now; try again next round
@@ -81,10 +80,7 @@ class CacheManager:
 
     def _evict(self, name: str) -> int:
         try:
-            with self.tier.locks.write([name], timeout_s=self.lock_timeout_s):
-                if self.tier.cache.resident([name])[0]:
-                    self.tier.evict_locked(name)
-                    return 1
+            return int(self.tier.evict(name, self.lock_timeout_s))
         except (LockTimeout, StorageError) as exc:
             log.info("eviction of %s skipped: %s", name, exc)
         return 0

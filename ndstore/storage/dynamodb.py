@@ -9,7 +9,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ndstore.core.errors import StorageError
 from ndstore.core.keys import SupercuboidKey, VolumeKey
-from ndstore.storage.s3 import _client
+from ndstore.storage.aws import Credentials, aws_client
 
 
 def ensure_table(db: Any, table: str, keys: list[tuple[str, str, str]]) -> None:
@@ -36,9 +36,9 @@ def ensure_table(db: Any, table: str, keys: list[tuple[str, str, str]]) -> None:
 
 class DynamoSupercuboidIndex:
     def __init__(self, table: str, endpoint_url: str | None = None, region: str = "us-east-1",
-                 timeout_s: float | None = None):
+                 timeout_s: float | None = None, credentials: Credentials | None = None):
         self.table = table
-        self._db = _client("dynamodb", endpoint_url, region, 16, timeout_s)
+        self._db = aws_client("dynamodb", endpoint_url, region, 16, timeout_s, credentials)
 
     def ensure_ready(self) -> None:
         ensure_table(self._db, self.table, [("volume", "HASH", "S"), ("morton", "RANGE", "N")])

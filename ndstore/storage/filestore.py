@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ndstore.storage.parallel import map_completed, run_all
+from ndstore.core.parallel import map_completed, run_all
 
 
 class FileObjectStore:

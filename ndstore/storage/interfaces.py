@@ -1,12 +1,21 @@
-"""The storage protocols every backend implements, and that the engine depends on."""
+"""The ports: every storage protocol the engine and NDBlaze depend on, with the values they pass.
+
+The engine and blaze import this module only (an import-linter contract): adapters are chosen
+and built in one place, ndstore.wiring. Each port has a contract test suite that runs against
+every implementation (tests/storage/).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ndstore.core.keys import SupercuboidKey, VolumeKey
+
+# -- the base tier ----------------------------------------------------------------------------
 
 
 class ObjectStore(Protocol):
@@ -35,6 +44,9 @@ class SupercuboidIndex(Protocol):
 
     def mortons(self, volume: VolumeKey) -> list[int]:
         """Morton codes of the stored supercuboids of one volume, ascending."""
+
+
+# -- locks and the cache tier -----------------------------------------------------------------
 
 
 class ExclusiveLocks(Protocol):
@@ -88,3 +100,223 @@ class CuboidCache(Protocol):
     def used_memory(self) -> int: ...
 
     def count(self) -> tuple[int, int]: ...
+
+
+# -- work queues (ingest and downsample tasks) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Message:
+    body: str
+    receipt: str  # deletes this delivery of the message; another delivery has another receipt
+    receive_count: int  # deliveries so far, this one included
+    queue_url: str
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    waiting: int  # visible: the next receive may get them
+    in_flight: int  # received, neither deleted nor visible again yet
+
+    @property
+    def total(self) -> int:
+        return self.waiting + self.in_flight
+
+
+class WorkQueue(Protocol):
+    """Named queues of text tasks, each with a dead-letter queue `<name>-dlq`: at least once
+    delivery; a received message is hidden for its visibility timeout, then delivered again
+    unless deleted; a message received `max_receives` times goes to the dead-letter queue
+    instead of being delivered once more. SQS semantics; a queue is named by its URL."""
+
+    def create(self, name: str, visibility_s: int, max_receives: int) -> str:
+        """Create (or find) queue `name` and its dead-letter queue; returns its URL."""
+
+    def url(self, name: str) -> str | None:
+        """The queue's URL, None when it does not exist."""
+
+    def names(self, prefix: str) -> list[str]:
+        """Names of the existing queues that start with `prefix` (dead-letter queues included)."""
+
+    def arn(self, url: str) -> str:
+        """The queue's identifier for other services (bucket notifications, triggers)."""
+
+    def delete(self, name: str) -> None:
+        """Delete the queue and its dead-letter queue, with their messages; idempotent."""
+
+    def send(self, url: str, bodies: Iterable[str]) -> int:
+        """Send every body (StorageError if any is refused); returns the count."""
+
+    def receive(self, url: str, max_messages: int = 10, wait_s: int = 1,
+                visibility_s: int | None = None) -> list[Message]:
+        """Up to `max_messages` (at most 10) visible messages, waiting up to `wait_s` for one."""
+
+    def delete_message(self, url: str, receipt: str) -> None:
+        """Delete a received message; a receipt that no longer names one is not an error."""
+
+    def retry_later(self, message: Message, delay_s: int = 0) -> None:
+        """Make a received message visible again after `delay_s`."""
+
+    def counts(self, url: str) -> QueueCounts: ...
+
+    def peek(self, url: str, limit: int = 100) -> list[Message]:
+        """Up to `limit` messages, looked at and made visible again (counts as a receive)."""
+
+    def move_all(self, source_url: str, target_url: str) -> int:
+        """Move every message of one queue to another (a crash may duplicate one, never lose it)."""
+
+
+# -- the tile store, the job state and the triggers of the ingest pipeline ----------------------
+
+
+@dataclass(frozen=True)
+class UploadTarget:
+    """Where and how an uploader PUTs one tile: the URL and the headers it must send (signed
+    into the URL: the store refuses the PUT with any other key, headers, or after it expires)."""
+
+    url: str
+    headers: dict[str, str]
+
+
+class TileStore(Protocol):
+    """The ingest's uploaded tiles, with their metadata, and a notification of each new tile."""
+
+    def ensure_ready(self, notify_queue_arn: str | None = None) -> None:
+        """Create the store if missing; with a queue's ARN, each new tile is announced there as
+        an S3 ObjectCreated event (what the tile-uploaded handler takes)."""
+
+    def upload_target(self, key: str, metadata: dict[str, str], expires_s: int) -> UploadTarget:
+        """A PUT of `key` whose metadata must be exactly `metadata`, for an uploader with no
+        credentials of its own."""
+
+    def put(self, key: str, body: bytes, metadata: dict[str, str]) -> None: ...
+
+    def metadata(self, key: str) -> dict[str, str] | None:
+        """The tile's metadata, or None when it is not (or no longer) there."""
+
+    def get_many_with_metadata(self, keys: Sequence[str]) -> list[tuple[bytes, dict[str, str]] | None]:
+        """Each tile's bytes and metadata, None where it is missing."""
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Delete tiles; missing ones are not an error."""
+
+
+class JobState(Protocol):
+    """Rows of progress of ingest jobs and downsample runs, by key: counters, a job's sealed
+    spec, and per-unit rows (a supercuboid of an ingest job, a parent of a run) with a set of
+    arrived tile ordinals, a claim and flags. Every change a counter follows is conditional, so
+    a duplicate event or a retried handler never counts twice (docs/design/ingest.md)."""
+
+    def ensure_ready(self) -> None: ...
+
+    def record_tile(self, job: str, row: str, ordinal: int, expected: int) -> bool:
+        """Add a tile to its row and count it on the job; False when it was there already or
+        the row was cleaned (a late duplicate)."""
+
+    def supercuboid(self, row: str) -> dict[str, Any]:
+        """The row as plain values: tiles (set of ordinals), expected, claim, queued, built, cleaned."""
+
+    def has_tile(self, row: str, ordinal: int) -> bool: ...
+
+    def claim(self, row: str, claimant: str) -> bool:
+        """Take the row for `claimant`; True if it was free or already theirs."""
+
+    def mark(self, row: str, flag: str) -> None: ...
+
+    def mark_counted(self, job: str, row: str, flag: str, counter: str, drop_tiles: bool = False) -> bool:
+        """Set a flag once and count it on the job; False when it was set before."""
+
+    def set_count(self, key: str, name: str, value: int) -> None: ...
+
+    def counters(self, key: str) -> dict[str, int]:
+        """Every number of a row."""
+
+    def job(self, job: str) -> dict[str, int]:
+        """A job's counters: tiles_uploaded, supercuboids_built, supercuboids_cleaned, manifest_sent (0 if unset)."""
+
+    def put_job(self, job: str, spec: str) -> None: ...
+
+    def job_spec(self, job: str) -> str | None: ...
+
+    def advance_manifest(self, job: str, sent: int, to: int) -> bool:
+        """Set manifest_sent to `to` if it is `sent` (or unset when `sent` is 0)."""
+
+    def delete(self, keys: Sequence[str]) -> None: ...
+
+
+class Triggers(Protocol):
+    """Functions run by a queue's messages (AWS Lambda event source mappings)."""
+
+    def attach(self, queue_arn: str, function: str, batch_size: int = 10) -> None:
+        """Trigger `function` with the queue's messages; idempotent."""
+
+    def detach(self, queue_arn: str) -> None: ...
+
+
+# -- the NDBlaze write buffer -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PendingBlob:
+    seq: int
+    header: bytes
+    body: bytes
+
+
+@dataclass(frozen=True)
+class BufferStats:
+    pending_bytes: int
+    blobs: int
+    supercuboids: int
+    oldest_age_s: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class BlazeBuffer(Protocol):
+    """Pending NDBlaze writes, stored as they arrived, indexed by every supercuboid they touch,
+    in one total order (the sequence number)."""
+
+    def append(self, header: bytes, body: bytes, names: Sequence[str]) -> int:
+        """Store one body under every supercuboid name; returns its sequence number. Raises
+        BufferFull past the limit (nothing stored), StorageError when the buffer is away."""
+
+    def pending_seqs(self, names: Sequence[str]) -> dict[str, list[int]]:
+        """The pending seqs of each name, ascending, as one atomic snapshot."""
+
+    def blobs(self, seqs: Sequence[int]) -> list[PendingBlob]:
+        """The blobs of `seqs` in seq order; one merged and deleted meanwhile is left out."""
+
+    def release(self, name: str, seqs: Sequence[int]) -> int:
+        """Drop merged seqs from a name's index, each blob once no name needs it; idempotent."""
+
+    def pending_names(self, prefix: str = "", limit: int | None = None) -> list[str]:
+        """Supercuboid names with pending blobs, oldest first."""
+
+    def stats(self) -> BufferStats: ...
+
+
+class MergeRequests(Protocol):
+    """Merge rounds asked for (CLI, admin endpoint) and how each went."""
+
+    def request_merge(self) -> str: ...
+
+    def take_merge_requests(self) -> list[dict[str, str]]: ...
+
+    def set_merge_status(self, request_id: str, status: dict[str, Any]) -> None: ...
+
+    def merge_status(self, request_id: str) -> dict[str, Any] | None: ...
+
+
+class MergerPresence(Protocol):
+    """The live merger's heartbeat: it announces itself; the announcement expires without beats."""
+
+    def announce_merger(self, info: dict[str, Any], ttl_s: float) -> None: ...
+
+    def retire_merger(self) -> None: ...
+
+    def merger(self) -> dict[str, Any] | None: ...

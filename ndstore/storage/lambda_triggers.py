@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ndstore.storage.s3 import _client, aws_call
+from ndstore.storage.aws import Credentials, aws_call, aws_client
 
 
 class LambdaTriggers:
-    def __init__(self, endpoint_url: str | None = None, region: str = "us-east-1"):
-        self._lambda = _client("lambda", endpoint_url, region, 4)
+    def __init__(self, endpoint_url: str | None = None, region: str = "us-east-1",
+                 credentials: Credentials | None = None):
+        self._lambda = aws_client("lambda", endpoint_url, region, 4, credentials=credentials)
 
     def _call(self, fn: Any, **kwargs: Any) -> Any:
         return aws_call("Lambda", fn, **kwargs)

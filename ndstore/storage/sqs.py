@@ -5,41 +5,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from ndstore.core.errors import StorageError
-from ndstore.storage.s3 import _client, aws_call
+from ndstore.storage.aws import Credentials, aws_call, aws_client
+from ndstore.storage.interfaces import Message, QueueCounts
 
 _BATCH = 10  # SQS's limit per send/delete batch
 
 
-@dataclass(frozen=True)
-class Message:
-    body: str
-    receipt: str
-    receive_count: int
-    queue_url: str
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-@dataclass(frozen=True)
-class QueueCounts:
-    waiting: int
-    in_flight: int
-
-    @property
-    def total(self) -> int:
-        return self.waiting + self.in_flight
-
-
 class SqsQueues:
-    def __init__(self, endpoint_url: str | None = None, region: str = "us-east-1"):
-        self._sqs = _client("sqs", endpoint_url, region, 32)
+    def __init__(self, endpoint_url: str | None = None, region: str = "us-east-1",
+                 credentials: Credentials | None = None):
+        self._sqs = aws_client("sqs", endpoint_url, region, 32, credentials=credentials)
 
     def _call(self, fn: Any, **kwargs: Any) -> Any:
         return aws_call("SQS", fn, **kwargs)

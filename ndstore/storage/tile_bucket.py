@@ -7,38 +7,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
-import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ndstore.core.errors import StorageError
-from ndstore.storage.s3 import _MISSING, _client, aws_call
-
-RECEIPT = "upload-receipt"  # x-amz-meta-upload-receipt: the upload task's SQS receipt handle
-SHA256 = "upload-sha256"  # the SHA-256 of the content the uploader was given leave to send
-SIGNATURE = "upload-signature"  # the service's signature of (key, SHA-256, receipt)
-
-
-@dataclass(frozen=True)
-class UploadTarget:
-    """Where and how an uploader PUTs one tile: the URL and the headers it must send (signed
-    into the URL: the store refuses the PUT with any other key, headers or after it expires)."""
-
-    url: str
-    headers: dict[str, str]
+from ndstore.storage.aws import MISSING, Credentials, aws_call, aws_client, session
+from ndstore.storage.interfaces import UploadTarget
 
 
 class S3TileBucket:
     def __init__(self, bucket: str, endpoint_url: str | None = None, region: str = "us-east-1", parallelism: int = 16,
-                 public_endpoint_url: str | None = None):
+                 public_endpoint_url: str | None = None, credentials: Credentials | None = None):
         """`public_endpoint_url`: where uploaders reach the store, when not at `endpoint_url`."""
         self.bucket = bucket
-        self._s3 = _client("s3", endpoint_url, region, parallelism)
+        self._s3 = aws_client("s3", endpoint_url, region, parallelism, credentials=credentials)
         public = public_endpoint_url or endpoint_url
-        self._presigner = boto3.session.Session().client(  # signs locally: makes no request
+        self._presigner = session(credentials).client(  # signs locally: makes no request
             "s3", endpoint_url=public, region_name=region,
             config=Config(signature_version="s3v4", s3={"addressing_style": "path" if public else "auto"}))
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="tiles")
@@ -74,7 +60,7 @@ class S3TileBucket:
         try:
             return dict(self._s3.head_object(Bucket=self.bucket, Key=key)["Metadata"])
         except ClientError as exc:
-            if exc.response["Error"]["Code"] in _MISSING:
+            if exc.response["Error"]["Code"] in MISSING:
                 return None
             raise StorageError(f"S3 head_object {key} failed: {exc}") from exc
 
@@ -87,7 +73,7 @@ class S3TileBucket:
             reply = self._s3.get_object(Bucket=self.bucket, Key=key)
             return reply["Body"].read(), dict(reply.get("Metadata", {}))
         except ClientError as exc:
-            if exc.response["Error"]["Code"] in _MISSING:
+            if exc.response["Error"]["Code"] in MISSING:
                 return None
             raise StorageError(f"S3 get_object {key} failed: {exc}") from exc
         except BotoCoreError as exc:

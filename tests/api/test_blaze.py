@@ -31,7 +31,8 @@ def get_array(client: APIClient, url: str, shape: tuple[int, ...], dtype: str) -
 
 def merge_via_daemon() -> None:
     svc = services()
-    daemon = MergeDaemon(svc.blaze_buffer, lambda: svc.merger.merge(svc.blaze_buffer.pending_names()), 1e9, 1)
+    daemon = MergeDaemon(svc.blaze_buffer, svc.merge_requests, svc.merger_presence,
+                         lambda: svc.merger.merge(svc.blaze_buffer.pending_names()), 1e9, 1)
     assert daemon.step() is not None
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import blosc
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from ndstore.core import wire
@@ -45,6 +45,7 @@ def test_random_writes_and_reads_match_numpy(admin: Any, dataset: Dataset) -> No
         extent = level_extent(Box((0, 0, 0), FRAME), res, "anisotropic")
         ref = references.setdefault((channel, res), np.zeros(extent.shape_zyx, dtype))
         box = data.draw(boxes(extent))
+        assume(box.nvoxels * np.dtype(dtype).itemsize <= 48 << 20)  # an incompressible body stays under the limit
         rng = np.random.default_rng(data.draw(st.integers(0, 2**32)))
         values = (rng.random(box.shape_zyx) * 60000).astype(dtype)
         values[rng.random(box.shape_zyx) < 0.4] = 0
@@ -151,4 +152,4 @@ def test_cache_and_direct_paths_stay_coherent(admin: Any, dataset: Dataset) -> N
     assert decode(admin.get(small + "?access-mode=raw"), (1, 10, 10), "uint8").max() == 9
     assert decode(admin.get(small + "?access-mode=no_cache"), (1, 10, 10), "uint8").max() == 5
     assert decode(admin.get(small + "?access-mode=raw"), (1, 10, 10), "uint8").max() == 5
-    assert wiring.services().cache_tier.cache.count()[1] == 0
+    assert wiring.services().cache_tier.occupancy()[1] == 0

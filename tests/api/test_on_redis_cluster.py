@@ -69,8 +69,9 @@ def _on_redis_cluster(_wired: None, redis_cluster_url: str, monkeypatch: pytest.
 def test_the_cache_tier_and_locks_really_are_on_the_cluster(admin: Any, dataset: Dataset,
                                                              service_env: dict[str, str]) -> None:
     svc = wiring.services()
-    cluster = getattr(svc.cache_tier.cache, "_redis", None)
-    assert isinstance(cluster, RedisCluster) and isinstance(getattr(svc.base_tier.locks, "_redis", None), RedisCluster)
+    cluster = getattr(svc.cache_tier._cache, "_redis", None)  # the tier's own parts, looked at from outside
+    locks = getattr(svc.cache_tier._locks, "_redis", None)
+    assert isinstance(cluster, RedisCluster) and isinstance(locks, RedisCluster)
     data = np.random.default_rng(3).integers(1, 255, (20, 700, 1100), dtype=np.uint8)
     url = dataset.cutout("img8", 0, (0, 1100), (0, 700), (0, 20))  # 3 x 2 supercuboids
     assert admin.generic("POST", url, data.tobytes(), content_type="application/octet-stream").status_code == 201

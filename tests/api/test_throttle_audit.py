@@ -62,7 +62,7 @@ def test_a_malformed_rate_stops_the_service_at_start_naming_the_setting(monkeypa
 
     monkeypatch.setenv("NDSTORE_ANON_READ_RATE", rate)
     with pytest.raises(ValueError, match=r"NDSTORE_ANON_READ_RATE must look like 3000/min .*not '"):
-        Config()
+        Config.from_env()
 
 
 @pytest.mark.parametrize(("rate", "limit"), [("3000/min", (3000, 60)), (" 5/s ", (5, 1)), ("2/hour", (2, 3600)),
@@ -71,7 +71,7 @@ def test_rates_parse_to_requests_per_seconds(monkeypatch: pytest.MonkeyPatch, ra
     from ndstore.config import Config
 
     monkeypatch.setenv("NDSTORE_ANON_READ_RATE", rate)
-    assert Config().anon_read_limit == limit
+    assert Config.from_env().anon_read_limit == limit
 
 
 def test_rate_limiter_windows(redis_url: str) -> None:

@@ -65,7 +65,7 @@ def test_the_status_verb_reports_what_the_service_holds(served: tuple[str, str])
 
     from click.testing import CliRunner
 
-    from ndstore.client.cli import main
+    from ndstore.cli import main
 
     url, token = served
     result = CliRunner().invoke(main, ["status", "--server", url, "--token", token])

@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from blaze.buffer import RedisBlazeBuffer
 from blaze.merge import Merger
 from blaze.tier import BlazeTier
 from ndstore import wiring
 from ndstore.config import Config
+from ndstore.engine.base_tier import BaseTier
 from ndstore.engine.cache_tier import CacheTier
 from ndstore.engine.direct import CoherentDirect
 from ndstore.storage import redis_client
+from ndstore.storage.blaze_buffer import RedisBlazeBuffer, RedisMergeRequests, RedisMergerPresence
 from tests.engine.conftest import make_cache_tier
 
 
@@ -28,12 +29,18 @@ class Blaze:
     tier: BlazeTier
     merger: Merger
     cache_tier: CacheTier
+    base: BaseTier  # the cache tier's, to look at the base tier alone
+    requests: RedisMergeRequests
+    presence: RedisMergerPresence
+    config: Config | None = None  # the services' settings, where the wiring built them
 
 
 def make_blaze(root: Path, redis_url: str, blaze_url: str, max_pending_bytes: int = 1 << 30) -> Blaze:
     cache_tier = make_cache_tier(root, redis_url)
-    buffer = RedisBlazeBuffer(redis_client.connect(blaze_url), max_pending_bytes)
-    return Blaze(buffer, BlazeTier(buffer, CoherentDirect(cache_tier)), Merger(buffer, cache_tier), cache_tier)
+    client = redis_client.connect(blaze_url)
+    buffer = RedisBlazeBuffer(client, max_pending_bytes)
+    return Blaze(buffer, BlazeTier(buffer, CoherentDirect(cache_tier)), Merger(buffer, cache_tier), cache_tier,
+                 cache_tier._base, RedisMergeRequests(client), RedisMergerPresence(client))
 
 
 @pytest.fixture
@@ -54,6 +61,7 @@ def wired(tmp_path: Path, redis_url: str, blaze_redis_url: str, monkeypatch: pyt
     for name in [n for n in os.environ if n.startswith("NDSTORE_")]:
         monkeypatch.delenv(name)
     for name, value in settings.items():
-        monkeypatch.setenv(name, value)
-    svc = wiring.build(Config())
-    return Blaze(svc.blaze_buffer, svc.blaze, svc.merger, svc.cache_tier)
+        monkeypatch.setenv(name, value)  # for `ndstore blaze merge` run in a process of its own
+    svc = wiring.build(Config.from_env(settings))
+    return Blaze(svc.blaze_buffer, svc.blaze, svc.merger, svc.cache_tier, svc.cache_tier._base, svc.merge_requests,
+                 svc.merger_presence, svc.config)

@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from blaze.buffer import PART_BYTES
 from ndstore.core import wire
 from ndstore.core.errors import BufferFull, InvalidBody
 from ndstore.core.geometry import Box
 from ndstore.engine.volume import ChannelVolume, Cutout
+from ndstore.storage.blaze_buffer import PART_BYTES
 from tests.blaze.conftest import Blaze, make_blaze
 from tests.engine.conftest import small_channel
 
@@ -65,7 +65,7 @@ def seed_base(blaze: Blaze, channel: ChannelVolume) -> np.ndarray:
     base = np.zeros(whole(channel).shape[1:], channel.dtype)
     box = Box((100, 100, 4), (700, 600, 40))
     base[box.slices_zyx()] = 7
-    blaze.cache_tier.base.write(Cutout(channel, 0, box, range(1)), base[np.newaxis][(slice(None), *box.slices_zyx())])
+    blaze.base.write(Cutout(channel, 0, box, range(1)), base[np.newaxis][(slice(None), *box.slices_zyx())])
     return base
 
 
@@ -90,11 +90,11 @@ def test_concurrent_writes_read_before_merge_and_merged_equal_reference(blaze: B
         box = random_box(rng, channel.frame, (400, 400, 60))
         got = blaze.tier.read(Cutout(channel, 0, box, range(1)))[0]
         assert np.array_equal(got, ref[box.slices_zyx()])
-    assert not np.array_equal(blaze.cache_tier.base.read(whole(channel))[0], ref)  # nothing merged yet
+    assert not np.array_equal(blaze.base.read(whole(channel))[0], ref)  # nothing merged yet
 
     result = blaze.merger.merge(blaze.buffer.pending_names())
     assert result.blobs_applied >= 100 and result.supercuboids_failed == 0
-    assert np.array_equal(blaze.cache_tier.base.read(whole(channel))[0], ref)
+    assert np.array_equal(blaze.base.read(whole(channel))[0], ref)
     stats = blaze.buffer.stats()
     assert (stats.pending_bytes, stats.blobs, stats.supercuboids) == (0, 0, 0)
     assert not list(blaze.buffer.client.scan_iter("blz:blob:*"))
@@ -108,7 +108,7 @@ def test_a_body_larger_than_a_redis_part_round_trips(blaze: Blaze) -> None:
     blaze.tier.write_body(cutout, data.tobytes(), "application/octet-stream", True)
     assert np.array_equal(blaze.tier.read(cutout), data)
     blaze.merger.merge(blaze.buffer.pending_names())
-    assert np.array_equal(blaze.cache_tier.base.read(cutout), data)
+    assert np.array_equal(blaze.base.read(cutout), data)
 
 
 def test_time_series_writes_touch_only_their_time_samples(blaze: Blaze) -> None:
@@ -121,8 +121,8 @@ def test_time_series_writes_touch_only_their_time_samples(blaze: Blaze) -> None:
     got = blaze.tier.read(all_times)
     assert not got[0].any() and np.array_equal(got[1:], data)
     blaze.merger.merge(blaze.buffer.pending_names())
-    assert np.array_equal(blaze.cache_tier.base.read(all_times)[1:], data)
-    assert not blaze.cache_tier.base.read(all_times)[0].any()
+    assert np.array_equal(blaze.base.read(all_times)[1:], data)
+    assert not blaze.base.read(all_times)[0].any()
 
 
 def test_framing_errors_are_refused_and_store_nothing(blaze: Blaze) -> None:
@@ -150,8 +150,8 @@ def test_a_body_that_would_not_decode_is_refused_not_acknowledged(blaze: Blaze) 
 def test_a_blob_corrupted_in_the_buffer_is_never_skipped(blaze: Blaze) -> None:
     """A blob that no longer decodes (the buffer's Redis corrupted it) is not dropped: reads of it
     and merges of its supercuboid stop with DataCorrupt, it stays pending, the rest merges."""
-    from blaze.buffer import blob_key
     from ndstore.core.errors import DataCorrupt
+    from ndstore.storage.blaze_buffer import blob_key
 
     channel = small_channel("uint16")
     sc = channel.grid(0).supercuboid
@@ -165,7 +165,7 @@ def test_a_blob_corrupted_in_the_buffer_is_never_skipped(blaze: Blaze) -> None:
         blaze.tier.read(here)
     result = blaze.merger.merge(blaze.buffer.pending_names())
     assert (result.supercuboids, result.supercuboids_failed) == (1, 1)
-    assert np.array_equal(blaze.cache_tier.base.read(elsewhere), np.full(elsewhere.shape, 5, np.uint16))
+    assert np.array_equal(blaze.base.read(elsewhere), np.full(elsewhere.shape, 5, np.uint16))
     assert blaze.buffer.stats().blobs == 1 and len(blaze.buffer.pending_names()) == 1
 
 
@@ -214,7 +214,7 @@ def test_writes_arriving_during_a_merge_are_kept_for_the_next(blaze: Blaze) -> N
     ref = reference(channel, base, all_writes)
     assert np.array_equal(blaze.tier.read(whole(channel))[0], ref)
     blaze.merger.merge(blaze.buffer.pending_names())
-    assert np.array_equal(blaze.cache_tier.base.read(whole(channel))[0], ref)
+    assert np.array_equal(blaze.base.read(whole(channel))[0], ref)
     assert blaze.buffer.stats().blobs == 0
 
 
@@ -249,7 +249,7 @@ def test_a_merge_that_dies_between_store_and_release_reruns_to_the_same_result(b
     assert len(blaze.buffer.pending_names()) == len(names) - 2  # two merged, the third stored only
     assert np.array_equal(blaze.tier.read(whole(channel))[0], ref)
     blaze.merger.merge(blaze.buffer.pending_names())
-    assert np.array_equal(blaze.cache_tier.base.read(whole(channel))[0], ref)
+    assert np.array_equal(blaze.base.read(whole(channel))[0], ref)
     assert blaze.buffer.stats().blobs == 0
 
 
@@ -265,7 +265,7 @@ def test_merge_drops_stale_cached_copies_and_keeps_dirty_cache_writes(blaze: Bla
     expected = first.copy()
     expected[0][small.box.slices_zyx()] = 8
     assert np.array_equal(tier.read(Cutout(channel, 0, box, range(1))), expected)  # through the cache
-    assert np.array_equal(tier.base.read(Cutout(channel, 0, box, range(1))), expected)
+    assert np.array_equal(blaze.base.read(Cutout(channel, 0, box, range(1))), expected)
 
 
 def test_a_read_during_a_merge_round_applies_a_blob_only_where_it_is_still_pending(blaze: Blaze) -> None:
@@ -287,7 +287,7 @@ def test_a_read_during_a_merge_round_applies_a_blob_only_where_it_is_still_pendi
     assert len(blaze.buffer.pending_names()) == 1  # X still pending in A
     assert np.array_equal(blaze.tier.read(whole(channel))[0], ref)
     blaze.merger.merge(blaze.buffer.pending_names())
-    assert np.array_equal(blaze.cache_tier.base.read(whole(channel))[0], ref)
+    assert np.array_equal(blaze.base.read(whole(channel))[0], ref)
 
 
 def test_the_merger_daemon_runs_rounds_on_age_backlog_and_request(blaze: Blaze) -> None:
@@ -302,12 +302,12 @@ def test_the_merger_daemon_runs_rounds_on_age_backlog_and_request(blaze: Blaze) 
     channel = small_channel("uint8")
     cutout = Cutout(channel, 0, Box((0, 0, 0), (32, 32, 4)), range(1))
     body = np.full(cutout.shape, 5, np.uint8).tobytes()
-    daemon = MergeDaemon(blaze.buffer, run_round, interval_s=3600, backlog_bytes=10_000)
+    daemon = MergeDaemon(blaze.buffer, blaze.requests, blaze.presence, run_round, interval_s=3600, backlog_bytes=10_000)
     assert daemon.step() is None  # nothing pending
     blaze.tier.write_body(cutout, body, "application/octet-stream", True)  # 4 KiB: under the backlog
     assert daemon.step() is None and not rounds
-    request = blaze.buffer.request_merge()
-    assert daemon.step() is not None and blaze.buffer.merge_status(request)["state"] == "done"  # type: ignore[index]
+    request = blaze.requests.request_merge()
+    assert daemon.step() is not None and blaze.requests.merge_status(request)["state"] == "done"  # type: ignore[index]
     for _ in range(3):
         blaze.tier.write_body(cutout, body, "application/octet-stream", True)  # 12 KiB: past it
     assert daemon.step() is not None and blaze.buffer.stats().blobs == 0
@@ -321,24 +321,24 @@ def test_a_running_merger_announces_itself_and_retires_when_stopped(blaze: Blaze
 
     from blaze.daemon import MergeDaemon
     from blaze.merge import MergeResult
-    from ndstore.client.localstack import wait_until
+    from ndstore.ops.localstack import wait_until
 
-    assert blaze.buffer.merger() is None
-    daemon = MergeDaemon(blaze.buffer, lambda: MergeResult(), interval_s=3600, backlog_bytes=1 << 30,
-                         poll_s=0.05, identity={"master": "local[1]"})
+    assert blaze.presence.merger() is None
+    daemon = MergeDaemon(blaze.buffer, blaze.requests, blaze.presence, lambda: MergeResult(), interval_s=3600,
+                         backlog_bytes=1 << 30, poll_s=0.05, identity={"master": "local[1]"})
     stop = threading.Event()
     runner = threading.Thread(target=daemon.run, args=(stop,))
     runner.start()
     try:
-        wait_until(lambda: blaze.buffer.merger() is not None, "the merger's announcement", timeout=10)
-        announced = blaze.buffer.merger()
+        wait_until(lambda: blaze.presence.merger() is not None, "the merger's announcement", timeout=10)
+        announced = blaze.presence.merger()
         assert announced is not None and announced["master"] == "local[1]"
         assert announced["last_beat"] >= announced["since"]
         assert 0 < blaze.buffer.client.pttl("blz:merger") <= 15_000  # a dead merger stops being announced
     finally:
         stop.set()
         runner.join(10)
-    assert blaze.buffer.merger() is None
+    assert blaze.presence.merger() is None
 
 
 def test_acknowledged_blaze_writes_survive_a_sigkill_of_the_buffer_redis(tmp_path: Any, redis_url: str) -> None:
@@ -347,7 +347,7 @@ def test_acknowledged_blaze_writes_survive_a_sigkill_of_the_buffer_redis(tmp_pat
 
     import redis
 
-    from ndstore.client.localstack import free_port, start_redis
+    from ndstore.ops.localstack import free_port, start_redis
 
     redis.Redis.from_url(redis_url).flushdb()
     port = free_port()
@@ -365,7 +365,7 @@ def test_acknowledged_blaze_writes_survive_a_sigkill_of_the_buffer_redis(tmp_pat
         assert blaze.buffer.stats().blobs == 20
         assert np.array_equal(blaze.tier.read(whole(channel))[0], ref)
         blaze.merger.merge(blaze.buffer.pending_names())
-        assert np.array_equal(blaze.cache_tier.base.read(whole(channel))[0], ref)
+        assert np.array_equal(blaze.base.read(whole(channel))[0], ref)
     finally:
         proc.kill()
         proc.wait()
@@ -393,7 +393,7 @@ def test_an_object_store_failure_during_a_merge_keeps_every_blob_pending(blaze: 
         return s.pending_bytes, s.blobs, s.supercuboids
 
     pending = counts()
-    base = blaze.cache_tier.base
+    base = blaze.base
     real, base.objects = base.objects, FailingPuts(base.objects)  # type: ignore[assignment]
     with pytest.raises(OSError):
         blaze.merger.merge(blaze.buffer.pending_names())
@@ -405,10 +405,10 @@ def test_an_object_store_failure_during_a_merge_keeps_every_blob_pending(blaze: 
 
 
 def test_an_unreachable_buffer_is_a_retryable_storage_error() -> None:
-    from blaze.buffer import RedisBlazeBuffer
-    from ndstore.client.localstack import free_port
     from ndstore.core.errors import StorageError
+    from ndstore.ops.localstack import free_port
     from ndstore.storage import redis_client
+    from ndstore.storage.blaze_buffer import RedisBlazeBuffer
 
     buffer = RedisBlazeBuffer(redis_client.connect(f"redis://127.0.0.1:{free_port()}/0"), 1 << 20)
     with pytest.raises(StorageError, match="retry"):

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,11 @@ def test_spark_merge_round_equals_the_reference(wired: Blaze, spark: Any) -> Non
     channel = small_channel("uint8")
     base = seed_base(wired, channel)
     ref = reference(channel, base, write_random(wired, channel, random.Random(21), 60))
-    result = merge_round(spark, wired.buffer, wiring.merger_for_settings)
+    result = merge_round(spark, wired.buffer, partial(wiring.merger_for, wired.config))
     assert result.supercuboids == 8 and result.blobs_applied >= 60
-    assert np.array_equal(wired.cache_tier.base.read(whole(channel))[0], ref)
+    assert np.array_equal(wired.base.read(whole(channel))[0], ref)
     assert wired.buffer.stats().blobs == 0
-    assert merge_round(spark, wired.buffer, wiring.merger_for_settings).supercuboids == 0
+    assert merge_round(spark, wired.buffer, partial(wiring.merger_for, wired.config)).supercuboids == 0
 
 
 def test_a_merge_killed_halfway_loses_nothing_and_reruns_to_the_same_result(wired: Blaze) -> None:
@@ -50,7 +51,7 @@ def test_a_merge_killed_halfway_loses_nothing_and_reruns_to_the_same_result(wire
                     write_random(wired, channel, random.Random(31), 120))
     before = len(wired.buffer.pending_names())
     assert before == 16
-    merging = subprocess.Popen([sys.executable, "-m", "ndstore.client.cli", "blaze", "merge", "--master", "local[2]"],
+    merging = subprocess.Popen([sys.executable, "-m", "ndstore.cli", "blaze", "merge", "--master", "local[2]"],
                                cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -66,5 +67,5 @@ def test_a_merge_killed_halfway_loses_nothing_and_reruns_to_the_same_result(wire
     assert 0 < left < before
     assert np.array_equal(wired.tier.read(whole(channel))[0], ref)  # nothing lost meanwhile
     wired.merger.merge(wired.buffer.pending_names())  # waits out the dead merger's lock leases
-    assert np.array_equal(wired.cache_tier.base.read(whole(channel))[0], ref)
+    assert np.array_equal(wired.base.read(whole(channel))[0], ref)
     assert wired.buffer.stats().blobs == 0

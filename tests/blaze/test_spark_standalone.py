@@ -29,7 +29,7 @@ def test_a_merge_round_on_the_standalone_cluster_is_byte_exact(wired: Blaze,
     assert pending == 8
     before = spark_standalone.apps_named("ndstore-blaze-merge")
 
-    merged = subprocess.run([sys.executable, "-m", "ndstore.client.cli", "blaze", "merge",
+    merged = subprocess.run([sys.executable, "-m", "ndstore.cli", "blaze", "merge",
                              "--master", spark_standalone.url], cwd=ROOT, capture_output=True, text=True,
                             timeout=240, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     assert merged.returncode == 0, merged.stderr[-3000:]
@@ -38,6 +38,6 @@ def test_a_merge_round_on_the_standalone_cluster_is_byte_exact(wired: Blaze,
 
     # it ran on the cluster (an application of the master, its executors on the worker), not in local mode
     assert spark_standalone.apps_named("ndstore-blaze-merge") == before + 1
-    got = wired.cache_tier.base.read(whole(channel))[0]
+    got = wired.base.read(whole(channel))[0]
     assert got.dtype == ref.dtype and got.tobytes() == ref.tobytes()
     assert wired.buffer.stats().blobs == 0 and wired.buffer.pending_names() == []

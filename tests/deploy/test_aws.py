@@ -125,7 +125,7 @@ def _function_bodies(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
 
 def _services_of(tree: ast.Module) -> set[str]:
     return {str(c.args[0].value) for c in ast.walk(tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
-            and c.func.id == "_client" and c.args and isinstance(c.args[0], ast.Constant)}
+            and c.func.id == "aws_client" and c.args and isinstance(c.args[0], ast.Constant)}
 
 
 def _operations(node: ast.AST, service: str) -> set[str]:
@@ -191,7 +191,7 @@ def test_boto3_clients_are_made_only_in_the_storage_adapters() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
                 name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-                if name in ("client", "resource", "_client"):
+                if name in ("client", "resource", "aws_client"):
                     assert node.args[0].value not in services, f"{path.relative_to(ROOT)} makes a boto3 client"
 
 
@@ -363,7 +363,7 @@ def test_the_web_nodes_ingest_policy_covers_jobs_and_builds() -> None:
     """Ingest and DownsampleRuns on a web node: queues (but the local runner's ListQueues),
     triggers, the tile index, and the tile bucket's HeadBucket and deletes (a cancelled job)."""
     needed = (actions_of("sqs:") - {"sqs:ListQueues"}) | actions_of("lambda_triggers:") \
-        | (actions_of("tile_index:") - CREATE_IF_MISSING) | {"s3:ListBucket", "s3:DeleteObject"}
+        | (actions_of("job_state:") - CREATE_IF_MISSING) | {"s3:ListBucket", "s3:DeleteObject"}
     granted = _granted("ingest.yaml", "WebNodeIngestPolicy")
     assert needed <= granted, needed - granted
 
@@ -401,11 +401,11 @@ def _schema(props: dict[str, Any]) -> tuple[list[Any], list[Any], str]:
 
 def test_index_tables_have_the_key_schema_the_code_creates() -> None:
     from ndstore.storage.dynamodb import DynamoSupercuboidIndex
-    from ndstore.storage.tile_index import DynamoTileIndex
+    from ndstore.storage.job_state import DynamoJobState
 
     for adapter, (name, table) in (
             (DynamoSupercuboidIndex("t", "http://127.0.0.1:9"), ("storage.yaml", "SupercuboidIndexTable")),
-            (DynamoTileIndex("t", "http://127.0.0.1:9"), ("ingest.yaml", "TileIndexTable"))):
+            (DynamoJobState("t", "http://127.0.0.1:9"), ("ingest.yaml", "TileIndexTable"))):
         props = template(name)["Resources"][table]["Properties"]
         assert _schema(props) == _schema(created_table(adapter)), table
 
@@ -556,7 +556,7 @@ def container_definitions() -> Iterator[tuple[str, dict[str, Any]]]:
 def test_containers_run_commands_that_exist() -> None:
     import click
 
-    from ndstore.client.cli import main
+    from ndstore.cli import main
 
     commands = [c["Command"] for _, c in container_definitions() if "Command" in c]
     assert len(commands) == 3
@@ -565,7 +565,7 @@ def test_containers_run_commands_that_exist() -> None:
         if command[2] == "django":
             assert (ROOT / "ndstore/api/management/commands" / f"{command[3]}.py").exists(), command
             continue
-        assert command[2] == "ndstore.client.cli", command
+        assert command[2] == "ndstore.cli", command
         group: click.Command = main
         for word in command[3:]:
             assert isinstance(group, click.Group) and word in group.commands, command

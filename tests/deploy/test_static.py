@@ -207,14 +207,14 @@ def test_compose_migrate_command_exists(compose: dict[str, Any]) -> None:
     if cmd[:3] == ["python", "-m", "django"]:
         assert (ROOT / "ndstore/api/management/commands" / f"{cmd[3]}.py").exists(), cmd
     else:
-        assert cmd[:3] == ["python", "-m", "ndstore.client.cli"], cmd
+        assert cmd[:3] == ["python", "-m", "ndstore.cli"], cmd
         cli = (ROOT / "ndstore/client/cli.py").read_text()
         assert re.search(rf"def {cmd[3]}\(|command\(\s*(name=)?\"{cmd[3]}\"", cli), cmd
 
 
 def test_compose_runs_the_merger_on_its_own_redis(compose: dict[str, Any]) -> None:
     s = compose["services"]
-    assert s["merger"]["command"] == ["python", "-m", "ndstore.client.cli", "blaze", "merger"]
+    assert s["merger"]["command"] == ["python", "-m", "ndstore.cli", "blaze", "merger"]
     env = s["merger"]["environment"]
     assert env["NDSTORE_BLAZE_REDIS_URL"].startswith("redis://blaze-redis:")
     assert env["NDSTORE_REDIS_URL"] != env["NDSTORE_BLAZE_REDIS_URL"]

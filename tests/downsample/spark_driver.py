@@ -11,19 +11,21 @@ from __future__ import annotations
 import json
 import pickle
 import sys
+from functools import partial
 from pathlib import Path
 
 
 def main(master: str, channels_file: str) -> None:
     from ndstore.engine.spark import spark_session
     from ndstore.engine.spark_downsample import build_hierarchy
-    from ndstore.wiring import downsampler_for_settings, services
+    from ndstore.wiring import downsampler_for, services
 
     channels = pickle.loads(Path(channels_file).read_bytes())  # noqa: S301 - written by the test itself
     spark = spark_session(master, "ndstore-downsample")
     try:
         for channel in channels:
-            result = build_hierarchy(spark, channel, services().downsampler, downsampler_for_settings)
+            svc = services()
+            result = build_hierarchy(spark, channel, svc.downsampler, partial(downsampler_for, svc.config))
             print(json.dumps(result), flush=True)
     finally:
         spark.stop()

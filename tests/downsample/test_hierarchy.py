@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -170,7 +171,7 @@ def test_a_rebuild_is_idempotent_and_replaces_cached_copies() -> None:
 
 def test_the_spark_path_builds_the_same_levels(spark: Any) -> None:
     from ndstore.engine.spark_downsample import build_hierarchy
-    from ndstore.wiring import downsampler_for_settings, services
+    from ndstore.wiring import downsampler_for, services
 
     img = channel("uint16", "isotropic", (300, 256, 140), cid=5)  # 128^3 supercuboids for uint16 isotropic
     img_data = (em_like((140, 256, 300), seed=8).astype(np.uint16) * 250)
@@ -179,7 +180,7 @@ def test_the_spark_path_builds_the_same_levels(spark: Any) -> None:
     for chan, data in ((img, img_data), (ann, ann_data)):
         write_level0(chan, data)
         seen: list[int] = []
-        result = build_hierarchy(spark, chan, services().downsampler, downsampler_for_settings,
+        result = build_hierarchy(spark, chan, services().downsampler, partial(downsampler_for, services().config),
                                  on_level=lambda level, _info, seen=seen: seen.append(level))
         assert result["state"] == "DOWNSAMPLED", result
         assert seen == [1, 2]

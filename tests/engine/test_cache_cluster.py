@@ -34,10 +34,10 @@ def test_cache_tier_on_redis_cluster(tmp_path: Path, redis_cluster_url: str) -> 
         reference[box.slices_zyx()] = data
     whole = make_cutout(CHANNEL, 0, extent, range(1), 1 << 32)
     np.testing.assert_array_equal(tier.read(whole)[0], reference)
-    assert tier.cache.used_memory() > 0
+    assert tier._cache.used_memory() > 0
     CacheManager(tier, high_bytes=0, low_bytes=0).run_once()  # evict (and write back) everything
-    assert tier.cache.count() == (0, 0)
-    np.testing.assert_array_equal(tier.base.read(whole)[0], reference)
+    assert tier._cache.count() == (0, 0)
+    np.testing.assert_array_equal(tier._base.read(whole)[0], reference)
 
 
 def test_rwlock_on_redis_cluster(redis_cluster_url: str) -> None:

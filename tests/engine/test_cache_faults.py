@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import redis
 
-from ndstore.client.localstack import free_port, start_redis
 from ndstore.core.geometry import Box
 from ndstore.engine.volume import make_cutout
+from ndstore.ops.localstack import free_port, start_redis
 from tests.engine.conftest import make_cache_tier, small_channel
 
 CHANNEL = small_channel("uint16", cid=21)
@@ -55,7 +55,7 @@ def test_concurrent_processes_never_see_torn_boxes(tmp_path: Path, redis_url: st
     final = np.unique(tier.read(cut(SHARED)))  # type: ignore[arg-type]
     assert len(final) == 1 and int(final[0]) % 1000 == ROUNDS  # some writer's last write won, whole
     tier.flush_all()
-    np.testing.assert_array_equal(tier.base.read(cut(SHARED)), tier.read(cut(SHARED)))  # type: ignore[arg-type]
+    np.testing.assert_array_equal(tier._base.read(cut(SHARED)), tier.read(cut(SHARED)))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("appendfsync", ["always", "everysec"])
@@ -77,7 +77,7 @@ def test_acknowledged_writes_survive_redis_sigkill(tmp_path: Path, appendfsync: 
         proc.wait()
         proc = start_redis(tmp_path / "redis", port, appendfsync=appendfsync)
         tier = make_cache_tier(tmp_path, url)
-        assert tier.cache.count()[1] > 0  # the dirty data came back from the AOF, not from the base tier
+        assert tier._cache.count()[1] > 0  # the dirty data came back from the AOF, not from the base tier
         np.testing.assert_array_equal(tier.read(cut(extent))[0], reference)  # type: ignore[arg-type]
         tier.flush_all()
     finally:

@@ -71,18 +71,18 @@ class CacheModel(RuleBasedStateMachine):
     @rule()
     def flush(self) -> None:
         self.tier.flush_all()
-        whole = self.tier.base.read(cut(EXTENT))[0]  # the base tier alone now holds everything
+        whole = self.tier._base.read(cut(EXTENT))[0]  # the base tier alone now holds everything
         np.testing.assert_array_equal(whole, self.reference)
 
     @rule()
     def evict_everything(self) -> None:
         CacheManager(self.tier, high_bytes=0, low_bytes=0).run_once()
-        assert self.tier.cache.count() == (0, 0)
+        assert self.tier._cache.count() == (0, 0)
 
     @invariant()
     def dirty_is_resident(self) -> None:
         if hasattr(self, "tier"):
-            resident, dirty = self.tier.cache.count()
+            resident, dirty = self.tier._cache.count()
             assert dirty <= resident
 
 
@@ -97,15 +97,15 @@ def test_concurrent_misses_fetch_once(cache_tier: CacheTier) -> None:
     import threading
 
     box = Box((0, 0, 0), EXTENT.hi)
-    cache_tier.base.write(cut(box), np.ones((1, *box.shape_zyx), np.uint16))
+    cache_tier._base.write(cut(box), np.ones((1, *box.shape_zyx), np.uint16))
     fetched: list[str] = []
-    real = cache_tier.base.objects.get_many
+    real = cache_tier._base.objects.get_many
 
     def counting(keys: Any) -> Any:
         fetched.extend(keys)
         return real(keys)
 
-    cache_tier.base.objects.get_many = counting  # type: ignore[method-assign]
+    cache_tier._base.objects.get_many = counting  # type: ignore[method-assign]
     threads = [threading.Thread(target=cache_tier.read, args=(cut(box),)) for _ in range(4)]
     for t in threads:
         t.start()
@@ -117,30 +117,30 @@ def test_concurrent_misses_fetch_once(cache_tier: CacheTier) -> None:
 def test_all_zero_supercuboids_are_cached_as_known_zero(cache_tier: CacheTier) -> None:
     got = cache_tier.read(cut(Box((0, 0, 0), (10, 10, 2))))
     assert not got.any()
-    blobs = cache_tier.cache.get_all(cache_tier.cache.coldest(1)[0], 64)
+    blobs = cache_tier._cache.get_all(cache_tier._cache.coldest(1)[0], 64)
     assert blobs == [b""] * 64
 
 
 def test_flusher_writes_back_after_the_age_threshold(cache_tier: CacheTier) -> None:
     now = [1000.0]
-    cache_tier.clock = lambda: now[0]
+    cache_tier._clock = lambda: now[0]
     box = Box((5, 5, 1), (300, 40, 3))
     cache_tier.write(cut(box), np.full((1, *box.shape_zyx), 7, np.uint16))
     flusher = Flusher(cache_tier, age_s=5)
     assert flusher.run_once() == 0  # too young
-    assert cache_tier.base.index.mortons(CHANNEL.volume_key(0, 0)) == []
+    assert cache_tier._base.index.mortons(CHANNEL.volume_key(0, 0)) == []
     now[0] += 6
     assert flusher.run_once() == 1
-    assert cache_tier.base.index.mortons(CHANNEL.volume_key(0, 0)) == [0]
-    assert cache_tier.cache.count() == (1, 0)
+    assert cache_tier._base.index.mortons(CHANNEL.volume_key(0, 0)) == [0]
+    assert cache_tier._cache.count() == (1, 0)
 
 
 def test_write_through_channel_reaches_the_base_tier_before_returning(cache_tier: CacheTier) -> None:
     chan = small_channel("uint8", write_through=True, cid=9)
     box = Box((0, 0, 0), (20, 20, 2))
     cache_tier.write(make_cutout(chan, 0, box, range(1), LIMIT), np.full((1, 2, 20, 20), 3, np.uint8))
-    assert cache_tier.cache.count() == (1, 0)
-    assert cache_tier.base.read(make_cutout(chan, 0, box, range(1), LIMIT)).min() == 3
+    assert cache_tier._cache.count() == (1, 0)
+    assert cache_tier._base.read(make_cutout(chan, 0, box, range(1), LIMIT)).min() == 3
 
 
 def test_eviction_under_a_memory_cap_loses_no_dirty_data(cache_tier: CacheTier) -> None:
@@ -149,9 +149,9 @@ def test_eviction_under_a_memory_cap_loses_no_dirty_data(cache_tier: CacheTier) 
     extent = chan.extent(0)
     data = rng.integers(0, 255, extent.shape_zyx, dtype=np.uint8)
     cache_tier.write(make_cutout(chan, 0, extent, range(1), LIMIT), data[np.newaxis])
-    used = cache_tier.cache.used_memory()
+    used = cache_tier._cache.used_memory()
     manager = CacheManager(cache_tier, high_bytes=used // 2, low_bytes=used // 3)
     assert manager.run_once() > 0
-    resident, dirty = cache_tier.cache.count()
-    assert resident < 8 and cache_tier.cache.used_memory() <= used // 2
+    resident, dirty = cache_tier._cache.count()
+    assert resident < 8 and cache_tier._cache.used_memory() <= used // 2
     np.testing.assert_array_equal(cache_tier.read(make_cutout(chan, 0, extent, range(1), LIMIT))[0], data)

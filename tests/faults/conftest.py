@@ -1,5 +1,5 @@
 """Fault-suite fixtures: the fault-injecting proxy in front of the session's moto endpoint, and
-one live stack (`ndstore.client.localstack.LocalStack`: redis-servers with AOF `appendfsync
+one live stack (`ndstore.ops.localstack.LocalStack`: redis-servers with AOF `appendfsync
 always`, gunicorn, the flusher and cache manager daemons, the ingest runner) whose base tier
 (S3 + DynamoDB) and ingest endpoint (S3, SQS, DynamoDB) are reached through that proxy; helpers
 for channels, cutouts and the checks. Short settings keep the suite quick: lock leases of 3 s, a
@@ -26,8 +26,8 @@ import pytest
 import redis
 import requests
 
-from ndstore.client.localstack import LocalStack, free_port, wait_until
 from ndstore.core.geometry import Box
+from ndstore.ops.localstack import LocalStack, free_port, wait_until
 from tests.faults.proxy import FaultProxy
 
 TOKEN = "faults-admin-token"

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 import redis
 
-from ndstore.client.localstack import free_port, start_redis
 from ndstore.core.geometry import Box
 from ndstore.engine.base_tier import BaseTier
 from ndstore.engine.cache_tier import CacheTier
 from ndstore.engine.volume import Cutout, make_cutout
+from ndstore.ops.localstack import free_port, start_redis
 from ndstore.storage import redis_client
 from ndstore.storage.filestore import FileObjectStore
 from ndstore.storage.redis_cache import RedisCuboidCache
@@ -38,7 +38,7 @@ CHANNEL = small_channel("uint8", cid=41)
 LOAD = Box((0, 0, 0), (512, 512, 16))  # 4 MiB into supercuboid (0, 0, 0): work for the fsync
 PROBE = Box((600, 40, 3), (700, 90, 9))  # in supercuboid (1, 0, 0): the write whose fate we check
 EVERYSEC_LOSES = ("appendfsync everysec acknowledges writes whose AOF write Redis postponed behind a running "
-                  "fsync; a SIGKILL then loses them. Hence the default `always` (ndstore/client/localstack.py, "
+                  "fsync; a SIGKILL then loses them. Hence the default `always` (ndstore/ops/localstack.py, "
                   "docker-compose.yml); `everysec` (15-40% faster cache writes) stays a documented choice, and "
                   "Redis >= 7.2's WAITAOF would be the way to make it safe")
 

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import redis
 
-from ndstore.client.localstack import wait_until
 from ndstore.core.geometry import Box
+from ndstore.ops.localstack import wait_until
 from tests.faults.conftest import Channel, Stack, error_message, whole_or_nothing
 
 pytestmark = pytest.mark.faults

@@ -98,7 +98,7 @@ class Pipeline:
         from ndstore.wiring import services
 
         box = self.job.layout.box
-        return services().base_tier.read(Cutout(self.channel, 0, box, range(1)))[0]
+        return services().tier("cache", "raw").read(Cutout(self.channel, 0, box, range(1)))[0]  # type: ignore[no-any-return]
 
     def stored_mortons(self) -> list[int]:
         from ndstore.wiring import services

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import requests
 
-from ndstore.client.localstack import LocalStack, free_port, wait_until
 from ndstore.core.geometry import Box
 from ndstore.core.tiles import encode_tile
+from ndstore.ops.localstack import LocalStack, free_port, wait_until
 from tests.ingest.conftest import source_volume
 
 TOKEN = "ingest-e2e-admin-token"
@@ -70,7 +70,7 @@ def write_tiles(root: Path, volume: np.ndarray) -> None:
 
 
 def ingest_cli(url: str, *args: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "ndstore.client.cli", "ingest", "--server", url, "--token", TOKEN,
+    cmd = [sys.executable, "-m", "ndstore.cli", "ingest", "--server", url, "--token", TOKEN,
            "--processes", "3", "--no-progress", *args]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -121,7 +121,7 @@ def test_the_upload_client_killed_halfway_resumes_and_the_volume_arrives_whole(l
     assert again.returncode != 0 and "complete" in out
 
     # then the hierarchy, through the service's queues and the stack's runner
-    built = subprocess.run([sys.executable, "-m", "ndstore.client.cli", "downsample", "ing/e/c", "--server", live.url,
+    built = subprocess.run([sys.executable, "-m", "ndstore.cli", "downsample", "ing/e/c", "--server", live.url,
                             "--token", TOKEN, "--no-progress"], capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stdout + built.stderr
     assert '"status": "DOWNSAMPLED"' in built.stdout
@@ -164,7 +164,7 @@ def test_missing_and_malformed_tiles_are_named_and_the_rest_arrives(live: LocalS
     assert np.array_equal(np.frombuffer(got.content, np.uint8).reshape(volume.shape), volume)
 
     # the hierarchy on Spark, run by the CLI against the stack's data dir and settings
-    built = subprocess.run([sys.executable, "-m", "ndstore.client.cli", "downsample", "ing2/e/c", "--engine", "spark",
+    built = subprocess.run([sys.executable, "-m", "ndstore.cli", "downsample", "ing2/e/c", "--engine", "spark",
                             "--master", "local[2]", "--data-dir", str(live.data_dir), "--no-progress"],
                            capture_output=True, text=True, timeout=300,
                            env={k: v for k, v in os.environ.items() if not k.startswith("NDSTORE_")})

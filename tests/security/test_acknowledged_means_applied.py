@@ -91,4 +91,4 @@ def test_what_ndblaze_acknowledges_it_applies(blaze: Blaze, data: Any, media: st
     if acknowledged:
         result = blaze.merger.merge(blaze.buffer.pending_names())
         assert result.supercuboids_failed == 0 and blaze.buffer.stats().blobs == 0
-        assert np.array_equal(blaze.cache_tier.base.read(cutout)[0], decoded)
+        assert np.array_equal(blaze.base.read(cutout)[0], decoded)

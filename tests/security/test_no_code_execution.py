@@ -12,6 +12,7 @@ import ast
 import os
 import pickle
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,7 @@ def test_a_stored_exploit_runs_nothing_in_the_merger_or_spark_workers(wired: Bla
     with pytest.raises(DataCorrupt):
         wired.tier.read(cutout)
     assert wired.merger.merge(wired.buffer.pending_names()).supercuboids_failed == 1
-    assert merge_round(spark, wired.buffer, wiring.merger_for_settings).supercuboids_failed == 1
+    assert merge_round(spark, wired.buffer, partial(wiring.merger_for, wired.config)).supercuboids_failed == 1
     assert not marker.exists()
     assert wired.buffer.stats().blobs == 1  # not dropped either: an operator decides
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import requests
 
-from ndstore.client.localstack import free_port, wait_until
+from ndstore.ops.localstack import free_port, wait_until
 
 TOKEN = "restart-test-admin-token"
 
@@ -31,7 +31,7 @@ class Up:
         for k in [k for k in env if k.startswith("NDSTORE_") and k != "NDSTORE_ADMIN_TOKEN"]:
             env.pop(k)  # the stack's own defaults, not the test session's wiring
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ndstore.client.cli", "up", "--data-dir", str(self.data_dir),
+            [sys.executable, "-m", "ndstore.cli", "up", "--data-dir", str(self.data_dir),
              "--port", str(self.port), "--workers", "1"], env=env, start_new_session=True)
         wait_until(lambda: requests.get(f"{self.url}/v1/blaze/merge/", headers={"Authorization": f"Token {TOKEN}"},
                                         timeout=2).json()["merger"], "ndstore up, its merger included", timeout=180)

@@ -10,7 +10,7 @@ import uuid
 import boto3
 from botocore.exceptions import ClientError
 
-from ndstore.client.moto_endpoint import SerialMotoServer
+from ndstore.ops.moto_endpoint import SerialMotoServer
 
 
 def test_a_failed_transaction_does_not_undo_concurrent_writes() -> None:

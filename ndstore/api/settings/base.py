@@ -8,7 +8,7 @@ import dj_database_url
 
 from ndstore.config import Config
 
-CONFIG = Config()
+CONFIG = Config.from_env()
 
 SECRET_KEY = os.environ.get("NDSTORE_SECRET_KEY", "insecure-local-only-key")
 DEBUG = os.environ.get("NDSTORE_DEBUG", "0") == "1"

@@ -17,14 +17,14 @@ class BlazeMergeView(APIView):
         """What awaits merging (bytes, blobs, supercuboids, the oldest write's age) and the live
         merger, if one beats (null when none does: pending writes then wait)."""
         auth.require_login(request.user, "see the NDBlaze buffer")
-        buffer = services().blaze_buffer
-        return Response({"pending": buffer.stats().as_dict(), "merger": buffer.merger()})
+        svc = services()
+        return Response({"pending": svc.blaze_buffer.stats().as_dict(), "merger": svc.merger_presence.merger()})
 
     def post(self, request: Any) -> Response:
         """Ask the merger daemon for a merge round now; 202 with where to watch it."""
         auth.require_staff(request.user, "start an NDBlaze merge")
         audit.record(request, action="merge")
-        request_id = services().blaze_buffer.request_merge()
+        request_id = services().merge_requests.request_merge()
         return Response({"request": request_id, "state": "queued", "status": f"/v1/blaze/merge/{request_id}/"},
                         status=202)
 
@@ -32,7 +32,7 @@ class BlazeMergeView(APIView):
 class BlazeMergeRequestView(APIView):
     def get(self, request: Any, request_id: str) -> Response:
         auth.require_login(request.user, "see an NDBlaze merge")
-        status = services().blaze_buffer.merge_status(request_id)
+        status = services().merge_requests.merge_status(request_id)
         if status is None:
             raise NotFound(f"no NDBlaze merge request {request_id!r}")
         return Response({"request": request_id, **status})

@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ndstore.api import audit, auth, lookups
+from ndstore.api.media import read_capped_body
 from ndstore.api.models import IngestJob
 from ndstore.core.errors import Conflict, InvalidRequest, NotFound
 from ndstore.core.geometry import Box, check_inside
@@ -230,3 +231,28 @@ class IngestJobRetry(APIView):
             raise Conflict(f"ingest job {job_id} is {job.state}")
         audit.record(request, action="retry", job=job.id, channel=_path(job))
         return Response({"requeued": services().ingest.retry_failed(spec_of(job))})
+
+
+class LocalTileUpload(APIView):
+    """`PUT /v1/ingest/tiles/{key}?expires=&signature=`: the local tile store's presigned PUT
+    (where no S3 takes them): the signature the service gave with the leave to upload is the
+    authority, checked with the metadata headers before the body is read."""
+
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+    throttle_classes: list[Any] = []
+
+    def max_body_bytes(self) -> int:
+        return services().config.max_body_bytes
+
+    def put(self, request: Any, key: str) -> Response:
+        store = services().ingest_stores.uploads
+        if store is None:
+            raise NotFound("this service's tile store takes uploads at its own URLs (presigned S3 PUTs), not here")
+        meta = {name.removeprefix("HTTP_X_AMZ_META_").lower().replace("_", "-"): value
+                for name, value in request.META.items() if name.startswith("HTTP_X_AMZ_META_")}
+        query = request.query_params
+        store.check_leave(key, query.get("expires", ""), query.get("signature", ""), meta)
+        body = read_capped_body(request._request, self, request._request)
+        store.put(key, body, meta)
+        return Response(status=200)

@@ -5,6 +5,7 @@ the channel's downsample status."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -13,7 +14,7 @@ from tqdm import tqdm
 from ndstore.api import lookups
 from ndstore.engine.spark import spark_session
 from ndstore.engine.spark_downsample import build_hierarchy
-from ndstore.wiring import downsampler_for_settings, services
+from ndstore.wiring import downsampler_for, services
 
 
 class Command(BaseCommand):
@@ -35,7 +36,7 @@ class Command(BaseCommand):
         spark = spark_session(options["master"] or services().config.spark_master, "ndstore-downsample")
         bar = tqdm(total=volume.num_levels - 1, desc="levels", unit="level", disable=options["no_progress"])
         try:
-            result = build_hierarchy(spark, volume, services().downsampler, downsampler_for_settings,
+            result = build_hierarchy(spark, volume, services().downsampler, partial(downsampler_for, services().config),
                                      on_level=lambda _level, _info: bar.update(1))
         except BaseException:
             chan.downsample_status = "FAILED"

@@ -1,4 +1,5 @@
-"""A bounded thread pool helper shared by adapters that fan I/O out over many keys."""
+"""Bounded thread-pool helpers: fan work out over many keys, keep order or take completion order,
+and never leave a task running behind an exception."""
 
 from __future__ import annotations
 

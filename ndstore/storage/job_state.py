@@ -1,6 +1,7 @@
-"""The ingest tile index over DynamoDB: one row per supercuboid of a job (which of its tiles have
-arrived, and how far the pipeline took it) and one row per job (progress counters). Downsample
-runs keep their rows here too (keys `ds&<job>...`: per level total/done, per task done).
+"""JobState over DynamoDB (the table NDSTORE_TILE_INDEX_TABLE names): ingest jobs (one row per
+job: its sealed spec and progress counters; one per supercuboid of a job: which of its tiles
+have arrived and how far the pipeline took it) and downsample runs (keys `ds&<job>...`: per
+level total/done, per task done).
 
 Every state change that a counter follows is a transaction with a condition, so a duplicate
 event, or a retried handler, never counts twice (see docs/design/ingest.md).
@@ -14,16 +15,17 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ndstore.core.errors import StorageError
+from ndstore.storage.aws import Credentials, aws_call, aws_client
 from ndstore.storage.dynamodb import ensure_table
-from ndstore.storage.s3 import _client, aws_call
 
 COUNTERS = ("tiles_uploaded", "supercuboids_built", "supercuboids_cleaned")
 
 
-class DynamoTileIndex:
-    def __init__(self, table: str, endpoint_url: str | None = None, region: str = "us-east-1"):
+class DynamoJobState:
+    def __init__(self, table: str, endpoint_url: str | None = None, region: str = "us-east-1",
+                 credentials: Credentials | None = None):
         self.table = table
-        self._db = _client("dynamodb", endpoint_url, region, 32)
+        self._db = aws_client("dynamodb", endpoint_url, region, 32, credentials=credentials)
 
     def _call(self, fn: Any, **kwargs: Any) -> Any:
         return aws_call(f"DynamoDB {self.table}", fn, **kwargs)
@@ -139,8 +141,9 @@ class DynamoTileIndex:
         """Record that the manifest's upload tasks up to `to` are queued, if `sent` were before
         (False: another caller recorded that chunk first)."""
         try:
+            condition = "manifest_sent = :sent" + (" OR attribute_not_exists(manifest_sent)" if sent == 0 else "")
             self._db.update_item(TableName=self.table, Key=self._key(job), UpdateExpression="SET manifest_sent = :to",
-                                 ConditionExpression="attribute_not_exists(manifest_sent) OR manifest_sent = :sent",
+                                 ConditionExpression=condition,
                                  ExpressionAttributeValues={":to": {"N": str(to)}, ":sent": {"N": str(sent)}})
             return True
         except ClientError as exc:

@@ -105,7 +105,7 @@ class SerialMotoServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ndstore.client.moto_endpoint", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ndstore.ops.moto_endpoint", description=__doc__)
     parser.add_argument("-H", "--host", default="127.0.0.1")
     parser.add_argument("-p", "--port", type=int, required=True)
     args = parser.parse_args(argv)

@@ -1,4 +1,6 @@
-"""The NDBlaze buffer: pending writes in a Redis of their own (one node), stored as they arrived.
+"""The NDBlaze buffer's adapters over a Redis of its own (one node): pending writes stored as they
+arrived (BlazeBuffer), on-demand merge requests (MergeRequests) and the merger's heartbeat
+(MergerPresence). Every Redis failure is a StorageError (503 with Retry-After at the API).
 
 Keys (see docs/design/blaze.md):
   blz:seq              the last sequence number handed out (INCR: monotonic across processes)
@@ -10,6 +12,7 @@ Keys (see docs/design/blaze.md):
   blz:pending          sorted set of supercuboid names with pending blobs, score = oldest seq
   blz:bytes            body bytes pending (the back-pressure counter); blz:count, blobs pending
   blz:merge:requests   list of on-demand merge requests; blz:merge:status hash id -> JSON
+  blz:merger           the live merger's announcement (expires without heartbeats)
 An append is one MULTI: the body goes to fresh keys, then a Lua script checks the limit,
 takes a sequence number, renames the blob's keys to carry it, and indexes it under every
 supercuboid it touches; so a blob is either wholly pending or absent, never half-indexed.
@@ -17,16 +20,19 @@ supercuboid it touches; so a blob is either wholly pending or absent, never half
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import redis
 
 from ndstore.core.errors import BufferFull, StorageError
+from ndstore.storage.interfaces import BufferStats, PendingBlob
+
+T = TypeVar("T")
 
 PART_BYTES = 64 << 20  # Redis caps one value at 512 MB; big bodies are stored in parts
 SEQ_DIGITS = 16
@@ -81,22 +87,15 @@ def blob_key(seq: int) -> str:
     return f"blz:blob:{seq:0{SEQ_DIGITS}d}"
 
 
-@dataclass(frozen=True)
-class PendingBlob:
-    seq: int
-    header: bytes
-    body: bytes
-
-
-@dataclass(frozen=True)
-class BufferStats:
-    pending_bytes: int
-    blobs: int
-    supercuboids: int
-    oldest_age_s: float | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+def _storage_errors(fn: Callable[..., T]) -> Callable[..., T]:
+    """Redis failures of a buffer call as StorageError, naming the call."""
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except redis.exceptions.RedisError as exc:
+            raise StorageError(f"the NDBlaze buffer's Redis failed in {fn.__name__}: {exc}") from exc
+    return call
 
 
 class RedisBlazeBuffer:
@@ -135,6 +134,7 @@ class RedisBlazeBuffer:
         return seq
 
     # -- the read and merge paths ------------------------------------------------------------
+    @_storage_errors
     def pending_seqs(self, names: Sequence[str]) -> dict[str, list[int]]:
         """The pending seqs of each name, ascending, read as one atomic snapshot."""
         pipe = self.client.pipeline(transaction=True)
@@ -142,6 +142,7 @@ class RedisBlazeBuffer:
             pipe.zrange(f"blz:sc:{name}", 0, -1)
         return {name: [int(s) for s in seqs] for name, seqs in zip(names, pipe.execute())}
 
+    @_storage_errors
     def blobs(self, seqs: Sequence[int]) -> list[PendingBlob]:
         """The blobs of ``seqs`` in seq order; a blob merged and deleted meanwhile is skipped."""
         ordered = sorted(seqs)
@@ -164,11 +165,13 @@ class RedisBlazeBuffer:
             out.append(PendingBlob(seq, header, body))
         return out
 
+    @_storage_errors
     def release(self, name: str, seqs: Sequence[int]) -> int:
         """Drop merged ``seqs`` from ``name``'s index, deleting each blob once no supercuboid
         still needs it. Atomic; releasing twice is harmless. Returns how many were released."""
         return int(self._release(keys=[f"blz:sc:{name}", "blz:pending", "blz:bytes", "blz:count"], args=[name, *seqs]))
 
+    @_storage_errors
     def pending_names(self, prefix: str = "", limit: int | None = None) -> list[str]:
         """Supercuboid names with pending blobs, oldest first (optionally of one channel)."""
         raw: list[bytes] = self.client.zrange("blz:pending", 0, -1)  # type: ignore[assignment]
@@ -176,6 +179,7 @@ class RedisBlazeBuffer:
         names = [n for n in names if n.startswith(prefix)]
         return names[:limit] if limit is not None else names
 
+    @_storage_errors
     def stats(self) -> BufferStats:
         pipe = self.client.pipeline(transaction=True)
         for command, args in (("get", ("blz:bytes",)), ("zcard", ("blz:pending",)), ("zrange", ("blz:pending", 0, 0)),
@@ -183,17 +187,24 @@ class RedisBlazeBuffer:
             getattr(pipe, command)(*args)
         raw_bytes, names, oldest, blobs, (secs, micros) = pipe.execute()
         age = None
-        first = self.buffer_first_seq(oldest[0].decode()) if oldest else None
+        first = self._first_seq(oldest[0].decode()) if oldest else None
         if first is not None:
             at = self.client.hget(blob_key(first), "at")
             age = max(0.0, secs + micros / 1e6 - int(at) / 1000) if at else None
         return BufferStats(int(raw_bytes or 0), int(blobs or 0), int(names), age)
 
-    def buffer_first_seq(self, name: str) -> int | None:
+    def _first_seq(self, name: str) -> int | None:
         first: list[bytes] = self.client.zrange(f"blz:sc:{name}", 0, 0)  # type: ignore[assignment]
         return int(first[0]) if first else None
 
-    # -- on-demand merges --------------------------------------------------------------------
+
+class RedisMergeRequests:
+    """Merge rounds asked for now (`POST /v1/blaze/merge/`, `ndstore blaze merge`), and how each went."""
+
+    def __init__(self, client: redis.Redis):
+        self.client = client
+
+    @_storage_errors
     def request_merge(self) -> str:
         """Ask the merger daemon for a round now; returns the request's id for merge_status."""
         request_id = secrets.token_hex(6)
@@ -201,27 +212,39 @@ class RedisBlazeBuffer:
         self.client.rpush("blz:merge:requests", json.dumps({"id": request_id}))
         return request_id
 
+    @_storage_errors
     def take_merge_requests(self) -> list[dict[str, str]]:
         pipe = self.client.pipeline(transaction=True)
         pipe.lrange("blz:merge:requests", 0, -1)
         pipe.delete("blz:merge:requests")
         return [json.loads(r) for r in pipe.execute()[0]]
 
+    @_storage_errors
     def set_merge_status(self, request_id: str, status: dict[str, Any]) -> None:
         self.client.hset("blz:merge:status", request_id, json.dumps(status))
 
+    @_storage_errors
     def merge_status(self, request_id: str) -> dict[str, Any] | None:
         raw = self.client.hget("blz:merge:status", request_id)
         return json.loads(raw) if raw else None
 
-    # -- the merger's heartbeat --------------------------------------------------------------
+
+class RedisMergerPresence:
+    """The live merger announces itself; the key expires without heartbeats."""
+
+    def __init__(self, client: redis.Redis):
+        self.client = client
+
+    @_storage_errors
     def announce_merger(self, info: dict[str, Any], ttl_s: float) -> None:
         """A running merger says so; the key expires `ttl_s` after its last beat."""
         self.client.set("blz:merger", json.dumps(info), px=max(1, int(ttl_s * 1000)))
 
+    @_storage_errors
     def retire_merger(self) -> None:
         self.client.delete("blz:merger")
 
+    @_storage_errors
     def merger(self) -> dict[str, Any] | None:
         """The live merger's announcement (master, since, last_beat), or None when none beats."""
         raw = self.client.get("blz:merger")

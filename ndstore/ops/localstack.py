@@ -4,7 +4,8 @@ Starts a redis-server (AOF on: the locks and the cache tier) and another for the
 (AOF on, no eviction), prepares the metadata database, the object store and the index, mints the
 admin token, optionally loads the demo dataset, then runs the cache tier's daemons (flusher,
 cache manager), the NDBlaze merger (a Spark driver in local mode), the ingest pipeline's runner
-(with moto's server as its S3/SQS/DynamoDB unless NDSTORE_INGEST_ENDPOINT_URL names one) and
+(its queues, tile store and job state under the data dir, unless NDSTORE_INGEST_ENDPOINT_URL names
+an S3/SQS/DynamoDB endpoint) and
 gunicorn until interrupted. Everything binds to 127.0.0.1 by default.
 """
 
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+
+from ndstore.storage.blaze_buffer import RedisMergerPresence
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK_ENV = "stack-env.json"
@@ -109,6 +112,8 @@ class LocalStack:
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "ndstore.api.settings.base"),
             **self.extra_env,
         }
+        if "NDSTORE_INGEST_ENDPOINT_URL" not in env:  # the local tile store: uploads come to this service
+            env.setdefault("NDSTORE_INGEST_PUBLIC_ENDPOINT_URL", self.url)
         return env
 
     def start(self) -> None:
@@ -126,15 +131,13 @@ class LocalStack:
         self.blaze_redis_port = self.blaze_redis_port or free_port()
         fsync = os.environ.get("NDSTORE_REDIS_APPENDFSYNC", "always")
         self.procs.append(start_redis(self.data_dir / "redis", self.redis_port, appendfsync=fsync))
-        if "NDSTORE_INGEST_ENDPOINT_URL" not in self.environment():
-            self._start_ingest_endpoint()
         env = self.environment()
         self._write_stack_env(env)
         self.procs.append(start_redis(self.data_dir / "blaze-redis", self.blaze_redis_port, appendfsync=fsync,
                                       extra=self._blaze_redis_limits(env),
                                       appendonly=env.get("NDSTORE_BLAZE_REDIS_APPENDONLY", "yes") == "yes"))
         subprocess.run([sys.executable, "-m", "django", "ndstore_prepare"], env=env, check=True, cwd=ROOT)
-        cli = [sys.executable, "-m", "ndstore.client.cli"]
+        cli = [sys.executable, "-m", "ndstore.cli"]
         self.procs.append(subprocess.Popen([*cli, "daemons"], env=env, cwd=ROOT))
         if self.with_merger:
             self.procs.append(subprocess.Popen([*cli, "blaze", "merger"], env=env, cwd=ROOT))
@@ -152,20 +155,6 @@ class LocalStack:
         path = self.data_dir / STACK_ENV
         path.write_text(json.dumps({k: v for k, v in env.items() if k.startswith("NDSTORE_")}, indent=1))
         path.chmod(0o600)
-
-    def _start_ingest_endpoint(self) -> None:
-        """moto's server on loopback as the ingest pipeline's S3, SQS and DynamoDB: the tile
-        bucket, the queues and the tile index live in its memory, for the life of this stack
-        (supercuboids go to the base tier as always). See docs/deployment.md."""
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "ndstore.client.moto_endpoint", "-H", "127.0.0.1",
-                                 "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-        self.procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: proc.poll() is None and socket.create_connection(("127.0.0.1", port), timeout=1),
-                   f"the ingest endpoint (moto) at {url}")
-        credentials = {k: "local" for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if k not in os.environ}
-        self.extra_env = {"NDSTORE_INGEST_ENDPOINT_URL": url, **credentials, **self.extra_env}
 
     @staticmethod
     def _blaze_redis_limits(env: dict[str, str]) -> tuple[str, ...]:
@@ -188,8 +177,8 @@ class LocalStack:
     def _merger_ready(self) -> bool:
         if any(p.poll() is not None for p in self.procs):
             raise RuntimeError("a service of the local stack exited during start-up")
-        with redis.Redis(host="127.0.0.1", port=self.blaze_redis_port) as buffer:
-            return bool(buffer.exists("blz:merger"))
+        with redis.Redis(host="127.0.0.1", port=self.blaze_redis_port) as client:
+            return RedisMergerPresence(client).merger() is not None
 
     def wait(self) -> int:
         """Block until a signal arrives or a service dies; then stop everything."""
@@ -204,7 +193,7 @@ class LocalStack:
     def stop(self) -> None:
         """Stop in reverse order of start, each fully before the next: gunicorn first (no new
         writes), then the ingest runner and the merger (each finishes its batch or round), the
-        daemons (which write back everything dirty), then moto and the Redis servers."""
+        daemons (which write back everything dirty), then the Redis servers."""
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.terminate()

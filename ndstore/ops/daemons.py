@@ -8,11 +8,12 @@ import logging
 import os
 import signal
 import threading
+from functools import partial
 
 from blaze.daemon import MergeDaemon
 from blaze.merge import MergeResult
 from blaze.spark_job import merge_round, spark_session
-from ndstore.wiring import merger_for_settings, services
+from ndstore.wiring import merger_for, services
 
 log = logging.getLogger("ndstore.daemons")
 
@@ -47,7 +48,7 @@ def merge_now(master: str | None = None) -> MergeResult:
     svc = services()
     spark = spark_session(master or svc.config.spark_master)
     try:
-        return merge_round(spark, svc.blaze_buffer, merger_for_settings)
+        return merge_round(spark, svc.blaze_buffer, partial(merger_for, svc.config))
     finally:
         spark.stop()
 
@@ -57,7 +58,9 @@ def run_merger() -> int:
     svc = services()
     c = svc.config
     spark = spark_session(c.spark_master)
-    daemon = MergeDaemon(svc.blaze_buffer, lambda: merge_round(spark, svc.blaze_buffer, merger_for_settings),
+    make_merger = partial(merger_for, c)
+    daemon = MergeDaemon(svc.blaze_buffer, svc.merge_requests, svc.merger_presence,
+                         lambda: merge_round(spark, svc.blaze_buffer, make_merger),
                          c.blaze_merge_interval_s, c.blaze_merge_backlog_bytes,
                          identity={"master": c.spark_master, "pid": os.getpid()})
     log.info("NDBlaze merger on %s: every %.0fs or past %d pending bytes", c.spark_master,

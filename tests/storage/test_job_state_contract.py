@@ -1,0 +1,225 @@
+"""The JobState contract, written once and run against every implementation: DynamoDB (moto's
+server over real HTTP) and the SQLite file of the local stack; plus the SQLite file shared by
+many threads and processes at once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import sqlite3
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ndstore.core.errors import StorageError
+from ndstore.storage.interfaces import JobState
+from ndstore.storage.job_state import DynamoJobState
+from ndstore.storage.sqlite_job_state import SqliteJobState
+
+JOB, ROW = "7", "7&0&12"
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def state(request: pytest.FixtureRequest, tmp_path: Path) -> JobState:
+    if request.param == "sqlite":
+        s: JobState = SqliteJobState(tmp_path / "state.sqlite3")
+    else:
+        s = DynamoJobState(f"jobs-{uuid.uuid4().hex[:12]}", request.getfixturevalue("moto_endpoint"))
+    s.ensure_ready()
+    s.ensure_ready()  # idempotent
+    return s
+
+
+def test_a_missing_row_reads_as_empty(state: JobState) -> None:
+    assert state.supercuboid("nothing") == {"tiles": set(), "expected": 0, "claim": None,
+                                            "queued": False, "built": False, "cleaned": False}
+    assert not state.has_tile("nothing", 0)
+    assert state.counters("nothing") == {}
+    assert state.job("nothing") == {"tiles_uploaded": 0, "supercuboids_built": 0, "supercuboids_cleaned": 0,
+                                     "manifest_sent": 0}
+    assert state.job_spec("nothing") is None
+
+
+def test_record_tile_counts_each_tile_once(state: JobState) -> None:
+    assert state.record_tile(JOB, ROW, 3, 4)
+    assert state.record_tile(JOB, ROW, 0, 4)
+    assert not state.record_tile(JOB, ROW, 3, 4)  # a duplicate event
+    assert state.has_tile(ROW, 3) and state.has_tile(ROW, 0) and not state.has_tile(ROW, 1)
+    assert state.supercuboid(ROW)["tiles"] == {0, 3}
+    assert state.supercuboid(ROW)["expected"] == 4
+    assert state.job(JOB)["tiles_uploaded"] == 2
+    assert state.record_tile(JOB, "7&0&13", 0, 2)  # another row of the same job
+    assert state.job(JOB)["tiles_uploaded"] == 3
+
+
+def test_a_refused_record_tile_changes_nothing(state: JobState) -> None:
+    assert state.record_tile(JOB, ROW, 1, 4)
+    assert not state.record_tile(JOB, ROW, 1, 9)
+    assert state.supercuboid(ROW)["expected"] == 4
+    assert state.counters(ROW) == {"expected": 4}
+    assert state.counters(JOB) == {"tiles_uploaded": 1}
+
+
+def test_a_cleaned_row_refuses_tiles_and_reads_as_having_them(state: JobState) -> None:
+    for ordinal in range(3):
+        assert state.record_tile(JOB, ROW, ordinal, 3)
+    assert state.mark_counted(JOB, ROW, "cleaned", "supercuboids_cleaned", drop_tiles=True)
+    row = state.supercuboid(ROW)
+    assert row["tiles"] == set() and row["cleaned"] and row["expected"] == 3
+    assert not state.record_tile(JOB, ROW, 0, 3)  # a late duplicate of a tile packed already
+    assert not state.record_tile(JOB, ROW, 7, 3)
+    assert state.has_tile(ROW, 0) and state.has_tile(ROW, 7)
+    assert state.job(JOB)["tiles_uploaded"] == 3
+    assert state.job(JOB)["supercuboids_cleaned"] == 1
+
+
+def test_claim_is_taken_once_and_retried_by_its_claimant(state: JobState) -> None:
+    assert state.claim(ROW, "tile-a")
+    assert not state.claim(ROW, "tile-b")
+    assert state.claim(ROW, "tile-a")  # the claimant's retry
+    assert state.supercuboid(ROW)["claim"] == "tile-a"
+
+
+def test_mark_sets_a_flag(state: JobState) -> None:
+    state.mark(ROW, "queued")
+    state.mark(ROW, "queued")
+    row = state.supercuboid(ROW)
+    assert row["queued"] and not row["built"] and not row["cleaned"]
+    assert state.job(JOB)["supercuboids_built"] == 0  # mark counts nothing
+
+
+def test_mark_counted_counts_once(state: JobState) -> None:
+    state.record_tile(JOB, ROW, 0, 1)
+    assert state.mark_counted(JOB, ROW, "built", "supercuboids_built")
+    assert not state.mark_counted(JOB, ROW, "built", "supercuboids_built")
+    row = state.supercuboid(ROW)
+    assert row["built"] and row["tiles"] == {0}  # without drop_tiles the tiles stay
+    assert state.job(JOB)["supercuboids_built"] == 1
+    state.mark("7&0&13", "built")  # set by mark: mark_counted finds it set
+    assert not state.mark_counted(JOB, "7&0&13", "built", "supercuboids_built")
+    assert state.job(JOB)["supercuboids_built"] == 1
+
+
+def test_mark_counted_takes_any_flag_and_counter(state: JobState) -> None:
+    assert state.mark_counted("ds&9", "ds&9&1&5", "done", "level1_done")
+    assert not state.mark_counted("ds&9", "ds&9&1&5", "done", "level1_done")
+    assert state.counters("ds&9") == {"level1_done": 1}
+
+
+def test_set_count_and_counters(state: JobState) -> None:
+    state.set_count("ds&9", "level1_total", 8)
+    state.set_count("ds&9", "level2_total", 1)
+    state.set_count("ds&9", "level1_total", 9)
+    state.record_tile("ds&9", ROW, 0, 5)
+    assert state.counters("ds&9") == {"level1_total": 9, "level2_total": 1, "tiles_uploaded": 1}
+    assert state.counters(ROW) == {"expected": 5}
+
+
+def test_job_counters_and_spec(state: JobState) -> None:
+    state.put_job(JOB, "sealed spec")
+    state.put_job(JOB, "sealed spec, again")
+    assert state.job_spec(JOB) == "sealed spec, again"
+    state.record_tile(JOB, ROW, 0, 1)
+    state.mark_counted(JOB, ROW, "built", "supercuboids_built")
+    assert state.advance_manifest(JOB, 0, 500)
+    assert state.job(JOB) == {"tiles_uploaded": 1, "supercuboids_built": 1, "supercuboids_cleaned": 0,
+                              "manifest_sent": 500}
+    assert state.counters(JOB) == {"tiles_uploaded": 1, "supercuboids_built": 1, "manifest_sent": 500}
+    assert state.job_spec(JOB) == "sealed spec, again"  # counting leaves the spec alone
+
+
+def test_advance_manifest_lets_one_of_two_racing_callers_win(state: JobState) -> None:
+    assert state.advance_manifest(JOB, 0, 500)  # unset, sent 0
+    assert not state.advance_manifest(JOB, 0, 500)  # the second caller read 0 before the first wrote
+    assert state.advance_manifest(JOB, 500, 1000)
+    assert not state.advance_manifest(JOB, 500, 1000)
+    assert not state.advance_manifest(JOB, 2000, 2500)
+    assert state.job(JOB)["manifest_sent"] == 1000
+
+
+def test_advance_manifest_of_an_unset_job_takes_only_zero(state: JobState) -> None:
+    assert not state.advance_manifest(JOB, 500, 1000)
+    assert state.job(JOB)["manifest_sent"] == 0
+
+
+def test_delete_removes_rows_and_ignores_missing_ones(state: JobState) -> None:
+    state.put_job(JOB, "spec")
+    state.record_tile(JOB, ROW, 0, 2)
+    state.claim(ROW, "me")
+    state.mark(ROW, "queued")
+    state.advance_manifest(JOB, 0, 10)
+    state.delete([ROW, JOB, "never-there"])
+    assert state.job_spec(JOB) is None
+    assert state.counters(JOB) == {} and state.counters(ROW) == {}
+    assert state.supercuboid(ROW) == {"tiles": set(), "expected": 0, "claim": None,
+                                      "queued": False, "built": False, "cleaned": False}
+    assert state.record_tile(JOB, ROW, 0, 2)  # a deleted row starts again
+    state.delete([])
+
+
+# -- SQLite only ------------------------------------------------------------------------------
+
+
+def test_sqlite_creates_its_folder_and_survives_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "state.sqlite3"
+    first = SqliteJobState(path)
+    first.record_tile(JOB, ROW, 1, 2)
+    again = SqliteJobState(path)
+    again.ensure_ready()
+    assert again.supercuboid(ROW)["tiles"] == {1}
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_sqlite_errors_are_storage_errors_naming_the_call(tmp_path: Path) -> None:
+    s = SqliteJobState(tmp_path / "state.sqlite3")
+    with sqlite3.connect(tmp_path / "state.sqlite3") as conn:
+        conn.execute("DROP TABLE tiles")
+    with pytest.raises(StorageError, match="record_tile"):
+        s.record_tile(JOB, ROW, 0, 1)
+    assert s.counters(JOB) == {}  # the failed transaction was rolled back
+
+
+def _record_all(path: str, seed: int, threads: int, start: Any) -> None:
+    """Record ordinals 0..49 (10 rows of 5) from `threads` threads, each in its own order, all
+    starting when every thread of every process waits at the `start` barrier."""
+    state = SqliteJobState(Path(path))
+    errors: list[BaseException] = []
+
+    def record(n: int) -> None:
+        ordinals = list(range(50))
+        random.Random(seed * 100 + n).shuffle(ordinals)
+        try:
+            start.wait(60)
+            for o in ordinals:
+                state.record_tile(JOB, f"7&0&{o // 5}", o, 5)
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=record, args=(n,)) for n in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+
+
+def test_sqlite_counts_each_tile_once_under_concurrent_threads_and_processes(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite3"
+    SqliteJobState(path)
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(2 * 4 + 6)
+    procs = [context.Process(target=_record_all, args=(str(path), seed, 4, start)) for seed in (1, 2)]
+    for p in procs:
+        p.start()
+    _record_all(str(path), 3, 6, start)
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    state = SqliteJobState(path)
+    assert state.job(JOB)["tiles_uploaded"] == 50
+    assert set().union(*(state.supercuboid(f"7&0&{r}")["tiles"] for r in range(10))) == set(range(50))
