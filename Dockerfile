@@ -28,8 +28,8 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --create-home --uid 10001 ndstore \
-    && mkdir -p /var/lib/ndstore \
-    && chown ndstore:ndstore /var/lib/ndstore
+    && mkdir -p /var/lib/ndstore/ingest \
+    && chown -R ndstore:ndstore /var/lib/ndstore
 WORKDIR /app
 
 COPY requirements.txt ./

@@ -142,7 +142,7 @@ def compose() -> dict[str, Any]:
 def test_compose_services_are_complete(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert set(services) == {"nginx", "web", "blaze", "ingest", "migrate", "daemons", "merger", "redis",
-                             "blaze-redis", "minio", "dynamodb", "postgres", "ingest-runner", "ingest-aws",
+                             "blaze-redis", "minio", "dynamodb", "postgres", "ingest-runner",
                              "spark-master", "spark-worker"}
     for name, svc in services.items():
         assert "image" in svc or "build" in svc, name
@@ -178,7 +178,7 @@ def test_compose_web_nodes_run_the_service(compose: dict[str, Any]) -> None:
         assert svc["depends_on"]["migrate"]["condition"] == "service_completed_successfully", name
         env = svc["environment"]
         for setting in ("NDSTORE_OBJECT_STORE", "NDSTORE_INDEX", "NDSTORE_REDIS_URL", "NDSTORE_BLAZE_REDIS_URL",
-                        "NDSTORE_INGEST_ENDPOINT_URL", "DATABASE_URL"):
+                        "NDSTORE_INGEST_BACKEND", "DATABASE_URL"):
             assert env[setting] == s["web"]["environment"][setting], (name, setting)
     assert set(WEB_NODES) <= set(s["nginx"]["depends_on"])
 
@@ -405,3 +405,18 @@ def test_aws_functions_name_handlers_that_exist_and_settings_the_code_reads() ->
             assert callable(getattr(importlib.import_module(module), name)), fn["Properties"]["Handler"]
         outputs = {o["Description"] for o in template["Outputs"].values()}
         assert outputs <= known, outputs - known
+
+
+def test_compose_ingest_state_is_one_volume_shared_by_every_node_that_uses_it(compose: dict[str, Any]) -> None:
+    """The local ingest backend's SQLite queues, job state and tiles: the web nodes (downsample
+    runs), the ingest nodes (jobs, leases, tile PUTs) and the runner (the handlers) see one copy,
+    at the data dir the image sets; uploaders reach the tiles' route through nginx."""
+    s = compose["services"]
+    mount = "ingest-data:/var/lib/ndstore/ingest"
+    for name in ("web", "ingest", "ingest-runner"):
+        assert mount in s[name]["volumes"], name
+        assert s[name]["environment"]["NDSTORE_INGEST_BACKEND"] == "local", name
+    assert "ingest-data" in compose["volumes"]
+    assert "ENV" in (ROOT / "Dockerfile").read_text() and "NDSTORE_DATA_DIR=/var/lib/ndstore" in (
+        ROOT / "Dockerfile").read_text()
+    assert s["web"]["environment"]["NDSTORE_INGEST_PUBLIC_ENDPOINT_URL"] == "http://localhost:8080"

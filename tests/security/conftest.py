@@ -39,7 +39,7 @@ class Answer:
 
 
 def wsgi(method: str, path: str, body: CountingBody | bytes = b"", token: str | None = None,
-         content_type: str = "application/json", query: str = "") -> Answer:
+         content_type: str = "application/json", query: str = "", extra: dict[str, str] | None = None) -> Answer:
     """One request through the whole Django stack (every middleware), as gunicorn hands it over."""
     from django.core.handlers.wsgi import WSGIHandler
 
@@ -52,6 +52,7 @@ def wsgi(method: str, path: str, body: CountingBody | bytes = b"", token: str | 
                "wsgi.multithread": True, "wsgi.multiprocess": True, "wsgi.run_once": False, "wsgi.version": (1, 0)}
     if token:
         environ["HTTP_AUTHORIZATION"] = f"Token {token}"
+    environ.update(extra or {})
     started: dict[str, Any] = {}
 
     def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:

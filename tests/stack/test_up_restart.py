@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -101,4 +102,51 @@ def test_cutouts_and_pending_blaze_writes_survive_a_restart_and_the_merger_merge
     assert s.get(f"{up.url}/v1/blaze/merge/").json()["pending"]["blobs"] == 0
     r = s.get(blaze.replace("/blaze/", "/direct/"), headers={"Accept": "application/octet-stream"})
     np.testing.assert_array_equal(np.frombuffer(r.content, np.uint64).reshape(labels.shape), labels)
+    up.stop()
+
+
+def test_an_ingest_interrupted_by_a_restart_of_the_whole_stack_resumes_to_the_exact_volume(up: Up,
+                                                                                        tmp_path: Path) -> None:
+    """The local default keeps ingest state under the data dir (SQLite queues and job state, the
+    tile directory): stop `ndstore up` in the middle of an upload, start it again, and
+    `ndstore ingest --job N` finishes the job."""
+    from ndstore.core.geometry import Box
+    from tests.ingest.conftest import source_volume
+    from tests.ingest.test_client_e2e import write_tiles
+
+    box = Box((0, 0, 0), (1024, 768, 16))  # 192 tiles of 256, 4 supercuboids (one all zero)
+    volume = source_volume(box)
+    write_tiles(tmp_path / "tiles", volume)
+    up.start()
+    up.create("ing", (1024, 1024, 80), "c", {"datatype": "uint8"})
+
+    def ingest(*args: str) -> subprocess.Popen[str]:
+        cmd = [sys.executable, "-m", "ndstore.cli", "ingest", "--server", up.url, "--token", TOKEN,
+               "--processes", "2", "--no-progress", "--tiles", str(tmp_path / "tiles"), *args]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+
+    def status(job: int) -> Any:
+        return up.session().get(f"{up.url}/v1/ingest/{job}/").json()["status"]
+
+    first = ingest("--channel", "ing/e/c", "--x", "0:1024", "--y", "0:768", "--z", "0:16", "--tile-size", "256")
+    wait_until(lambda: up.session().get(f"{up.url}/v1/ingest/").json()["jobs"], "the job", timeout=60)
+    job = up.session().get(f"{up.url}/v1/ingest/").json()["jobs"][0]["id"]
+    wait_until(lambda: status(job)["tiles"]["uploaded"] >= 30, "30 tiles recorded", timeout=120)
+    up.stop()  # the whole stack, mid-upload
+    os.killpg(first.pid, signal.SIGKILL)  # its client lost the service; a lab would run it again
+    first.wait()
+
+    up.start()
+    before = status(job)
+    assert 30 <= before["tiles"]["uploaded"] < 192, before
+    second = ingest("--job", str(job))
+    out, _ = second.communicate(timeout=300)
+    assert second.returncode == 0, out
+    wait_until(lambda: status(job)["supercuboids"]["cleaned"] == 4, "every supercuboid built", timeout=120)
+    assert status(job)["tiles"] == {"total": 192, "uploaded": 192, "queued_for_upload": 192}
+    r = up.session().get(f"{up.url}/v1/cutout/ing/e/c/0/0:1024/0:768/0:16/",
+                         headers={"Accept": "application/octet-stream"})
+    np.testing.assert_array_equal(np.frombuffer(r.content, np.uint8).reshape(volume.shape), volume)
+    assert up.session().post(f"{up.url}/v1/ingest/{job}/complete/").json()["state"] == "complete"
     up.stop()
