@@ -19,14 +19,24 @@ import numpy.typing as npt
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.urls import URLPattern, path
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+    inline_serializer,
+)
+from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ndstore.api import audit, auth, lookups
 from ndstore.api.models import Channel, IdCounter, MetaValue
+from ndstore.api.schema import TOKEN_REQUIRED, errors
 from ndstore.api.views import resources
-from ndstore.api.views.cutout import CutoutView
+from ndstore.api.views.cutout import CutoutView, refusals
 from ndstore.core import morton
 from ndstore.core.errors import Conflict, InvalidRequest, NotFound
 from ndstore.core.geometry import Box
@@ -40,6 +50,15 @@ MAX_META_VALUE = 64 << 10
 BOX = "<name:collection>/<name:experiment>/<name:channel>/<int:resolution>/<range:x>/<range:y>/<range:z>/"
 CHANNEL = "<name:collection>/<name:experiment>/<name:channel>"
 
+NOT_ANNOTATION = {400: "bad URL or query, or the channel is not an annotation channel"}
+SPAN = serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2,
+                             help_text="half-open [start, stop]")
+META_KEY = OpenApiParameter("key", str, required=True, description=f"the metadata key, at most {MAX_META_KEY} "
+                                                                    "characters")
+META_VALUE = OpenApiParameter("value", str, required=True, description=f"the value, at most {MAX_META_VALUE} "
+                                                                        "characters")
+META_PAIR = inline_serializer("MetaValue", {"key": serializers.CharField(), "value": serializers.CharField()})
+
 
 def _require_annotation(chan: Channel, action: str) -> None:
     if chan.type != "annotation":
@@ -52,6 +71,9 @@ class ToBlackView(CutoutView):
     http_method_names = ["put", "options"]
     renderer_classes = [JSONRenderer]
 
+    @extend_schema(summary="Zero a box", description="Writes zeros over the box, through the cache tier.",
+                   request=None, responses={200: OpenApiResponse(None, description="zeroed; empty body"),
+                                            **refusals(400, 401, 403, 404, 413, 503, 507)})
     def put(self, request: Any, **kw: Any) -> Response:
         self._resolve(request, auth.WRITE, kw)
         zeros = np.zeros(self.cutout.shape, self.cutout.channel.dtype)
@@ -65,6 +87,11 @@ class IdsView(CutoutView):
     http_method_names = ["get", "head", "options"]
     renderer_classes = [JSONRenderer]
 
+    @extend_schema(
+        summary="The label ids in a box",
+        responses={200: inline_serializer("Ids", {"ids": serializers.ListField(
+                       child=serializers.CharField(), help_text="non-zero label ids, ascending, as decimal strings")}),
+                   **refusals(400, 401, 403, 404, 413, 429, 500, 503, meanings=NOT_ANNOTATION)})
     def get(self, request: Any, **kw: Any) -> Response:
         chan = self._resolve(request, auth.READ, kw)
         _require_annotation(chan, "ids")
@@ -114,6 +141,16 @@ def bounding_box(volume: ChannelVolume, resolution: int, label: int, loose: bool
 
 
 class BoundingBoxView(APIView):
+    @extend_schema(
+        summary="Where a label occurs",
+        description="The bounds of a label id at a resolution level, over all time samples, found by reading "
+                    "every stored supercuboid of the level (there is no id index).",
+        parameters=[OpenApiParameter("label", OpenApiTypes.INT, OpenApiParameter.PATH, description="the label id"),
+                    OpenApiParameter("type", str, enum=["loose", "tight"], default="loose",
+                                     description="loose widens the box to cuboid boundaries (clipped to the frame)")],
+        responses={200: inline_serializer("BoundingBox", {f"{axis}_range": SPAN for axis in "xyzt"}),
+                   **errors(400, 401, 403, 404, 429, 500, 503, meanings={
+                       **NOT_ANNOTATION, 404: "no such resource, or the id occurs nowhere at this level"})})
     def get(self, request: Any, collection: str, experiment: str, channel: str, resolution: int,
             label: int) -> Response:
         coll, exp, chan = lookups.channel_path(collection, experiment, channel)
@@ -146,6 +183,17 @@ def reserve(chan: Channel, count: int) -> int:
 
 
 class ReserveView(APIView):
+    @extend_schema(
+        summary="Reserve label ids",
+        description="A block of fresh ids from the channel's counter, starting at 1 (annotation channels; write "
+                    "permission).",
+        parameters=[OpenApiParameter("count", OpenApiTypes.INT, OpenApiParameter.PATH,
+                                     description=f"how many ids, 1..{MAX_RESERVE}")],
+        auth=TOKEN_REQUIRED,
+        responses={200: inline_serializer("Reserved", {"start_id": serializers.IntegerField(),
+                                                       "count": serializers.IntegerField()}),
+                   **errors(400, 401, 403, 404, 409, 429, meanings={
+                       **NOT_ANNOTATION, 409: "fewer ids than asked for are left in the channel's datatype"})})
     def get(self, request: Any, collection: str, experiment: str, channel: str, count: int) -> Response:
         coll, exp, chan = lookups.channel_path(collection, experiment, channel)
         auth.require(request.user, auth.WRITE, coll, exp, chan)
@@ -188,6 +236,14 @@ class MetaView(APIView):
             raise NotFound(f"{'/'.join(names.values())} has no metadata key {key!r}")
         return row  # type: ignore[no-any-return]
 
+    @extend_schema(
+        summary="List metadata keys, or read one",
+        parameters=[OpenApiParameter("key", str, description="the key to read; without it, the keys are listed")],
+        responses={200: PolymorphicProxySerializer(
+                       "MetaRead", resource_type_field_name=None,
+                       serializers=[inline_serializer("MetaKeys", {"keys": serializers.ListField(
+                                        child=serializers.CharField())}), META_PAIR]),
+                   **errors(400, 401, 403, 404, 429)})
     def get(self, request: Any, **names: str) -> Response:
         _, rows = self._rows(request, auth.READ, names)
         if "key" not in request.query_params:
@@ -195,6 +251,8 @@ class MetaView(APIView):
         row = self._row(request, rows, names)
         return Response({"key": row.key, "value": row.value})
 
+    @extend_schema(summary="Add a metadata key", request=None, parameters=[META_KEY, META_VALUE],
+                   responses={201: META_PAIR, **errors(400, 401, 403, 404, 409, 503)})
     def post(self, request: Any, **names: str) -> Response:
         where, rows = self._rows(request, auth.WRITE, names)
         key = self._param(request, "key", MAX_META_KEY)
@@ -207,6 +265,8 @@ class MetaView(APIView):
             raise Conflict(f"{'/'.join(names.values())} already has metadata key {key!r}; PUT to change it") from None
         return Response({"key": key, "value": value}, status=201)
 
+    @extend_schema(summary="Change a metadata value", request=None, parameters=[META_KEY, META_VALUE],
+                   responses={200: META_PAIR, **errors(400, 401, 403, 404, 503)})
     def put(self, request: Any, **names: str) -> Response:
         _, rows = self._rows(request, auth.WRITE, names)
         row = self._row(request, rows, names)
@@ -215,6 +275,8 @@ class MetaView(APIView):
         row.save(update_fields=["value"])
         return Response({"key": row.key, "value": row.value})
 
+    @extend_schema(summary="Delete a metadata key", request=None, parameters=[META_KEY],
+                   responses={204: OpenApiResponse(None, description="deleted"), **errors(400, 401, 403, 404, 503)})
     def delete(self, request: Any, **names: str) -> Response:
         _, rows = self._rows(request, auth.WRITE, names)
         row = self._row(request, rows, names)
@@ -223,6 +285,8 @@ class MetaView(APIView):
         return Response(status=204)
 
 
+@extend_schema(summary="Malformed URL", description="Any other path under a Boss prefix: a 400 showing the URL's "
+               "shape.", request=None, responses=errors(400, 401))
 class MalformedBossRoute(APIView):
     """Any other path under a Boss prefix: say what the URL must look like."""
 

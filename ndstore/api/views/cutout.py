@@ -7,16 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
-from rest_framework import serializers
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ndstore.api import auth, lookups
-from ndstore.api.converters import RangeConverter
 from ndstore.api.errors import JSONErrors
 from ndstore.api.media import ARRAY_PARSERS, ARRAY_RENDERERS, RAW_BODY_PARSERS, RawBody
+from ndstore.api.schema import binary, binary_responses, errors
 from ndstore.core import wire
 from ndstore.core.errors import InvalidBody, InvalidRequest
 from ndstore.core.geometry import Box
@@ -26,60 +24,44 @@ from ndstore.wiring import services
 
 ACCESS_MODES = ("cache", "no_cache", "raw")
 
-# OpenAPI descriptions of the cutout routes: binary bodies in each media type of ndstore.core.wire,
-# the ranges' syntax, and the JSON that every refusal carries.
-ERROR = inline_serializer("Error", {"status": serializers.IntegerField(), "message": serializers.CharField()})
-ERROR_MEANINGS = {
+# What the refusals of the cutout routes mean, where a cutout says more than MEANINGS.
+REFUSALS = {
     400: "bad range, resolution, time, query, or a body that does not decode to the box",
-    401: "malformed or unknown token", 403: "no permission on the channel", 404: "no such resource",
-    406: "unsupported Accept", 409: "conflicts with the resource's state",
-    413: "body over NDSTORE_MAX_BODY_BYTES or box over NDSTORE_MAX_CUTOUT_BYTES",
-    415: "unsupported Content-Type", 503: "storage or lock unavailable; retry after Retry-After",
+    403: "no permission on the channel", 404: "no such collection, experiment or channel",
+    413: "the box is over NDSTORE_MAX_CUTOUT_BYTES",
 }
-BINARY_BODIES = {media: OpenApiTypes.BINARY for media in wire.FORMATS}
-RANGE_DOC = "half-open {0}0:{0}1 in voxels of the level, e.g. 0:512"
-CUTOUT_PARAMETERS = [
-    *[OpenApiParameter(axis, str, OpenApiParameter.PATH, required=True, pattern=f"^{RangeConverter.regex}$",
-                       description=RANGE_DOC.format(axis)) for axis in "xyz"],
-    OpenApiParameter("resolution", {"type": "integer", "minimum": 0}, OpenApiParameter.PATH, required=True,
-                     description="resolution level, 0 the finest"),
-]
+BODY_TOO_LARGE = {413: "the body is over NDSTORE_MAX_BODY_BYTES, or the box over NDSTORE_MAX_CUTOUT_BYTES"}
 
 
-def error_responses(*codes: int) -> dict[tuple[int, str], OpenApiResponse]:
-    """JSON `{"status", "message"}` for each refusal code, whatever the media type asked for."""
-    return {(code, "application/json"): OpenApiResponse(ERROR, description=ERROR_MEANINGS[code]) for code in codes}
+def refusals(*codes: int, meanings: dict[int, str] | None = None) -> dict[tuple[int, str], OpenApiResponse]:
+    return errors(*codes, meanings={**REFUSALS, **(meanings or {})})
 
 
-CUTOUT_READ = extend_schema(
-    summary="Read a box",
-    description="The box as a C-order (z, y, x) array, (t, z, y, x) with a time range, in the media type of "
-                "`Accept` or `?format=` (application/blosc when the client accepts anything).",
-    parameters=[
-        *CUTOUT_PARAMETERS,
-        OpenApiParameter("access-mode", str, enum=["cache", "no_cache", "no-cache", "raw"],
-                         description="cache (default), no_cache (base tier after writing back dirty cached data) "
-                                     "or raw (the base tier as it is)"),
-        OpenApiParameter("filter", str, pattern=r"^\d+(,\d+)*$",
-                         description="annotation channels: comma-separated label ids to keep; others read as 0"),
-    ],
-    responses={**{(200, media): OpenApiResponse(OpenApiTypes.BINARY, description=f"the box as {media}")
-                  for media in wire.FORMATS},
-               **error_responses(400, 401, 403, 404, 406, 413, 503)},
-)
-def write_schema(summary: str, description: str, created: str) -> Any:
+def read_schema(description: str, modes: str) -> Any:
+    """The OpenAPI description of a cutout read on one path: the box in any media type of ndstore.core.wire."""
+    return extend_schema(
+        summary="Read a box",
+        description=f"{description} The box is a C-order (z, y, x) array, (t, z, y, x) with a time range, in the "
+                    "media type of `Accept` or `?format=` (application/blosc when the client accepts anything).",
+        parameters=[
+            OpenApiParameter("format", str, enum=[renderer.format for renderer in ARRAY_RENDERERS],
+                             description="the media type's subtype, instead of Accept"),
+            OpenApiParameter("access-mode", str, enum=["cache", "no_cache", "no-cache", "raw"], description=modes),
+            OpenApiParameter("filter", str, pattern=r"^\d+(,\d+)*$",
+                             description="annotation channels: comma-separated label ids to keep; others read as 0"),
+        ],
+        responses={**binary_responses(200, wire.FORMATS, "the box"),
+                   **refusals(400, 401, 403, 404, 406, 413, 429, 500, 503)})
+
+
+def write_schema(summary: str, description: str, created: str, *codes: int) -> Any:
     """The OpenAPI description of a cutout write: a binary body in any media type of ndstore.core.wire."""
-    return extend_schema(summary=summary, description=description, parameters=CUTOUT_PARAMETERS,
-                         request=BINARY_BODIES,
-                         responses={201: OpenApiResponse(None, description=created),
-                                    **error_responses(400, 401, 403, 404, 413, 415, 503)})
-
-
-CUTOUT_WRITE = write_schema(
-    "Write a box",
-    "The body holds the whole box, C-order (z, y, x) or (t, z, y, x), in the channel's datatype, "
-    "encoded as its Content-Type says. Refused bodies change nothing.",
-    "stored; empty body")
+    return extend_schema(
+        summary=summary,
+        description=f"{description} The body holds the whole box, C-order (z, y, x) or (t, z, y, x), in the "
+                    "channel's datatype, encoded as its Content-Type says; a refused body changes nothing.",
+        request=binary(wire.FORMATS),
+        responses={201: OpenApiResponse(None, description=created), **refusals(*codes, meanings=BODY_TOO_LARGE)})
 
 
 class CutoutView(JSONErrors, APIView):
@@ -109,7 +91,9 @@ class CutoutView(JSONErrors, APIView):
         )
         return chan
 
-    @CUTOUT_READ
+    @read_schema("Through the cache tier.",
+                 "cache (default): through the cache; no_cache (or no-cache): the base tier, after writing back "
+                 "dirty cached data; raw: the base tier as it is")
     def get(self, request: Any, **kw: Any) -> Response:
         chan = self._resolve(request, auth.READ, kw)
         asked = request.query_params.get("access-mode", "cache")
@@ -122,7 +106,9 @@ class CutoutView(JSONErrors, APIView):
             data = keep_ids(data, ids)
         return Response(data if self.has_time else data[0])
 
-    @CUTOUT_WRITE
+    @write_schema("Write a box", "Through the cache tier: written back to the base tier by the flusher, or "
+                  "before the answer for channels with cache_write_through.",
+                  "stored; empty body", 400, 401, 403, 404, 413, 415, 503, 507)
     def post(self, request: Any, **kw: Any) -> Response:
         self._resolve(request, auth.WRITE, kw)
         data = request.data
@@ -132,10 +118,20 @@ class CutoutView(JSONErrors, APIView):
         return Response(status=201)
 
 
+@extend_schema_view(
+    get=read_schema("Straight from the base tier, after writing back dirty cached data.",
+                    "raw: the base tier as it is, without writing back dirty cached data; any other mode reads as "
+                    "the default does"),
+    post=write_schema("Write a box to the base tier", "Straight to the base tier; cached copies are dropped.",
+                      "stored; empty body", 400, 401, 403, 404, 413, 415, 503, 507))
 class DirectCutoutView(CutoutView):
     tier = "direct"
 
 
+@extend_schema_view(get=read_schema(
+    "The base tier plus every pending NDBlaze write, in order.",
+    "raw: the base tier as it is, without pending NDBlaze writes or dirty cached data; any other mode reads as the "
+    "default does"))
 class BlazeCutoutView(CutoutView):
     """Writes are stored as they arrived (framing checked, never decoded) and acknowledged with
     their sequence number; reads return the base tier plus every pending write, in order."""
@@ -145,9 +141,10 @@ class BlazeCutoutView(CutoutView):
 
     @write_schema(
         "Buffer a write in NDBlaze",
-        "Stored as it arrived (its framing checked against the box, not decoded); answers with "
-        "the write's place in the total order of NDBlaze writes.",
-        "buffered; X-NDBlaze-Sequence: <n>")
+        "Into the NDBlaze write buffer, as it arrived, after every check its decoding makes; the answer gives the "
+        "write's place in the total order of NDBlaze writes, which a merge applies to the base tier. A full buffer "
+        "answers 503, storing nothing.",
+        "buffered; empty body, the header X-NDBlaze-Sequence: <n>", 400, 401, 403, 404, 413, 415, 503)
     def post(self, request: Any, **kw: Any) -> Response:
         self._resolve(request, auth.WRITE, kw)
         raw = request.data
@@ -175,7 +172,8 @@ def _filter_ids(raw: str | None, channel_type: str, dtype: np.dtype) -> list[int
     return ids
 
 
-@extend_schema(responses=error_responses(400))
+@extend_schema(summary="Malformed cutout URL", description="A 400 showing the URL's shape.", request=None,
+               responses=errors(400, 401))
 class MalformedCutout(APIView):
     """Any other path under a cutout prefix: say what the URL must look like."""
 

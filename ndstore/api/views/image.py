@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import renderers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -15,6 +16,7 @@ from rest_framework.views import APIView
 from ndstore.api import auth, lookups
 from ndstore.api.caching import cacheable
 from ndstore.api.errors import JSONErrors
+from ndstore.api.schema import binary_responses, errors
 from ndstore.core import slices
 from ndstore.core.errors import InvalidRequest
 from ndstore.core.geometry import Box
@@ -43,6 +45,24 @@ class SliceImageView(JSONErrors, APIView):
     renderer_classes = [PNGRenderer, JPEGRenderer]
     orientation = "xy"
 
+    @extend_schema(
+        summary="One plane as an image",
+        description="Read through the cache tier, rows down the image. Without a window: uint8 as stored, uint16 "
+                    "as 16-bit greyscale PNG (JPEG: through its full range), wider integers through their full "
+                    "range, float32 through 0,1. Annotation channels: a colour per label id (PNG: RGBA, label 0 "
+                    "transparent). Viewers may keep it 30 s; its ETag answers a matching If-None-Match with 304.",
+        parameters=[
+            OpenApiParameter("format", str, enum=["png", "jpeg"], description="instead of Accept (PNG by default)"),
+            OpenApiParameter("window", str, pattern=r"^[^,]+,[^,]+$",
+                             description="lo,hi: maps lo to 0 and hi to 255, clipping outside"),
+            OpenApiParameter("quality", int, description="JPEG quality, 1..95 (default 85)"),
+        ],
+        responses={**binary_responses(200, [PNGRenderer.media_type, JPEGRenderer.media_type], "the plane"),
+                   304: OpenApiResponse(None, description="not modified: the If-None-Match ETag still holds"),
+                   **errors(400, 401, 403, 404, 406, 413, 429, 500, 503, meanings={
+                       400: "bad window, quality, range, resolution or time",
+                       404: "no such collection, experiment or channel",
+                       413: "the plane is over NDSTORE_MAX_CUTOUT_BYTES"})})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
         coll, exp, chan = lookups.channel_path(kw["collection"], kw["experiment"], kw["channel"])
         auth.require(request.user, auth.READ, coll, exp, chan)
@@ -73,6 +93,8 @@ class YZImage(SliceImageView):
     orientation = "yz"
 
 
+@extend_schema(summary="Malformed image URL", description="A 400 showing the three URL shapes.",
+               responses=errors(400, 401, 429))
 class MalformedImage(APIView):
     def get(self, request: Any, **kw: Any) -> Response:
         raise InvalidRequest(

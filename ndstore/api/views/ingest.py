@@ -12,21 +12,72 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils import timezone
-from rest_framework import exceptions
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ndstore.api import audit, auth, lookups
 from ndstore.api.media import read_capped_body
 from ndstore.api.models import IngestJob
+from ndstore.api.schema import TOKEN_REQUIRED, binary, errors
 from ndstore.core.errors import Conflict, InvalidRequest, NotFound
 from ndstore.core.geometry import Box, check_inside
 from ndstore.core.tiles import TILE_FORMATS
-from ndstore.engine.ingest import MAX_LEASE, PHASES, Lease, TileUpload, tile_ref
+from ndstore.engine.ingest import MAX_LEASE, PHASES, RECEIPT, SHA256, SIGNATURE, Lease, TileUpload, tile_ref
 from ndstore.engine.ingest import IngestJob as JobSpec
 from ndstore.wiring import services
 
 BOX_FIELDS = ("x_start", "x_stop", "y_start", "y_stop", "z_start", "z_stop")
+
+# The OpenAPI description of the job and of the upload client's bodies.
+SPAN = serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2,
+                             help_text="half-open [start, stop]")
+COUNT = serializers.IntegerField()
+TILE = serializers.ListField(child=serializers.IntegerField(min_value=0), min_length=4, max_length=4,
+                             help_text="[t, z, y index, x index]")
+RECEIPT_FIELD = serializers.CharField(help_text="the receipt its lease came with")
+QUEUE = inline_serializer("IngestQueue", {"waiting": COUNT, "in_flight": COUNT,
+                                         "failed": serializers.IntegerField(help_text="dead-letter tasks")})
+STATUS = inline_serializer("IngestStatus", {
+    "tiles": inline_serializer("IngestTiles", {name: COUNT for name in ("total", "uploaded", "queued_for_upload")}),
+    "supercuboids": inline_serializer("IngestSupercuboids", {name: COUNT for name in ("total", "built", "cleaned")}),
+    "queues": inline_serializer("IngestQueues", {phase: QUEUE for phase in PHASES}),
+    "failed_tiles": inline_serializer("FailedTile", {"key": serializers.CharField(), "error": serializers.CharField()},
+                                      many=True, help_text="up to 50 of the upload queue's dead-letter tiles"),
+}, required=False, help_text="GET /v1/ingest/{job_id}/ while the job uploads")
+JOB = inline_serializer("IngestJob", {
+    "id": serializers.IntegerField(), "state": serializers.ChoiceField(choices=IngestJob.STATES),
+    "collection": serializers.CharField(), "experiment": serializers.CharField(), "channel": serializers.CharField(),
+    "datatype": serializers.CharField(),
+    "box": inline_serializer("IngestBox", {axis: SPAN for axis in "xyz"}, help_text="voxels at resolution 0"),
+    "t": SPAN,
+    "tile_size": inline_serializer("TileSize", {"x": COUNT, "y": COUNT}),
+    "file_format": serializers.ChoiceField(choices=sorted(set(TILE_FORMATS.values()))),
+    "created": serializers.DateTimeField(), "finished": serializers.DateTimeField(allow_null=True),
+    "tile_count": COUNT,
+    "queues": inline_serializer("IngestQueueNames", {phase: serializers.CharField() for phase in PHASES}),
+    "status": STATUS,
+})
+NEW_JOB = inline_serializer("NewIngestJob", {
+    **{name: serializers.CharField() for name in ("collection", "experiment", "channel")},
+    **{name: serializers.IntegerField(min_value=0, help_text="voxels at resolution 0, half-open")
+       for name in BOX_FIELDS},
+    **{name: serializers.IntegerField(min_value=1, help_text="divides the channel's supercuboid extent")
+       for name in ("tile_size_x", "tile_size_y")},
+    "t_start": serializers.IntegerField(min_value=0, default=0),
+    "t_stop": serializers.IntegerField(min_value=1, default=1),
+    "file_format": serializers.ChoiceField(choices=list(TILE_FORMATS), default="png", help_text="any case"),
+    "visibility_timeout_s": serializers.IntegerField(
+        min_value=1, required=False, help_text="how long a leased task stays hidden (default: the service's)"),
+})
+JOB_ERRORS = {404: "no such ingest job", 409: "the job is not uploading"}
+UPLOADER = "For the job's creator or an admin of its channel, while the job uploads."
+
+
+def _leased(name: str, **fields: serializers.Field) -> serializers.ListSerializer:
+    return inline_serializer(name, {"tile": TILE, "receipt": RECEIPT_FIELD, **fields}, many=True,
+                             min_length=1, max_length=MAX_LEASE)
 
 
 def _int(data: dict[str, Any], name: str, default: int | None = None, low: int = 0) -> int:
@@ -106,6 +157,10 @@ def _text(item: dict[str, Any], name: str) -> str:
 
 
 class IngestJobList(APIView):
+    @extend_schema(summary="List ingest jobs", description="Yours (everyone's for staff), newest first, at most 100.",
+                   auth=TOKEN_REQUIRED,
+                   responses={200: inline_serializer("IngestJobs", {"jobs": type(JOB)(many=True)}),  # JOB, as a list
+                              **errors(401, 429)})
     def get(self, request: Any) -> Response:
         """The caller's jobs, newest first (everyone's for staff)."""
         auth.require_login(request.user, "list ingest jobs")
@@ -114,6 +169,12 @@ class IngestJobList(APIView):
             jobs = jobs.filter(creator=request.user)
         return Response({"jobs": [describe(j, with_status=False) for j in jobs[:100]]})
 
+    @extend_schema(
+        summary="Create an ingest job",
+        description="Needs write permission on the channel. The box lies in the frame and starts on the tile grid; "
+                    "each refusal names the field and the rule.",
+        request=NEW_JOB,
+        responses={201: JOB, **errors(400, 401, 403, 404, 413, 415, 503)})
     def post(self, request: Any) -> Response:
         auth.require_some_grant(request.user, auth.WRITE, "create an ingest job")
         data = request.data if isinstance(request.data, dict) else {}
@@ -152,9 +213,14 @@ class IngestJobList(APIView):
 
 
 class IngestJobView(APIView):
+    @extend_schema(summary="An ingest job and, while it uploads, its status", auth=TOKEN_REQUIRED,
+                   responses={200: JOB, **errors(401, 403, 404, 429, 503, meanings=JOB_ERRORS)})
     def get(self, request: Any, job_id: int) -> Response:
         return Response(describe(_job(job_id, request), with_status=True))
 
+    @extend_schema(summary="Cancel an ingest job",
+                   responses={204: OpenApiResponse(None, description="cancelled"),
+                              **errors(401, 403, 404, 409, 503, meanings=JOB_ERRORS)})
     def delete(self, request: Any, job_id: int) -> Response:
         """Cancel: delete the job's queues, tiles and index rows; supercuboids already built stay."""
         job = _job(job_id, request)
@@ -168,6 +234,9 @@ class IngestJobView(APIView):
 
 
 class IngestJobComplete(APIView):
+    @extend_schema(summary="Complete an ingest job", request=None, responses={
+        200: JOB, **errors(401, 403, 404, 409, 503, meanings={
+            **JOB_ERRORS, 409: "the job is not uploading, or not finished: the message says what is left"})})
     def post(self, request: Any, job_id: int) -> Response:
         """Finish a job whose every supercuboid is built and cleaned; 409 naming what is left."""
         job = _job(job_id, request)
@@ -189,6 +258,15 @@ class IngestJobComplete(APIView):
 
 
 class IngestTasks(APIView):
+    @extend_schema(
+        summary="Lease upload tasks", description=UPLOADER,
+        request=inline_serializer("TaskLease", {"max": serializers.IntegerField(
+            min_value=1, max_value=MAX_LEASE, default=10, help_text="how many tasks at most")}),
+        responses={200: inline_serializer("Leases", {
+                       "tasks": _leased("Lease"),
+                       **{name: COUNT for name in ("total", "queued", "waiting", "leased")},
+                       "done": serializers.BooleanField(help_text="every task was queued and none is left")}),
+                   **errors(400, 401, 403, 404, 409, 413, 415, 503, meanings=JOB_ERRORS)})
     def post(self, request: Any, job_id: int) -> Response:
         """Lease up to `max` upload tasks of the job (hidden from other uploaders for the queue's
         visibility timeout); `done` once every task is queued and none waits or is in flight."""
@@ -204,6 +282,16 @@ class IngestTasks(APIView):
 
 
 class IngestUploads(APIView):
+    @extend_schema(
+        summary="Presigned PUTs for leased tiles", description=UPLOADER,
+        request=inline_serializer("TileUploads", {"tiles": _leased("TileUpload", sha256=serializers.RegexField(
+            r"^[0-9a-f]{64}$", help_text="SHA-256 of the tile's content, lowercase hex"))}),
+        responses={200: inline_serializer("UploadTargets", {"uploads": inline_serializer("UploadTarget", {
+                       "tile": TILE, "method": serializers.ChoiceField(choices=["PUT"]),
+                       "url": serializers.CharField(help_text="works for one hour, for this tile's key only"),
+                       "headers": serializers.DictField(child=serializers.CharField(),
+                                                        help_text="to send exactly, with the PUT")}, many=True)}),
+                   **errors(400, 401, 403, 404, 409, 413, 415, 503, meanings=JOB_ERRORS)})
     def post(self, request: Any, job_id: int) -> Response:
         """A presigned PUT per leased tile, for the content whose SHA-256 the uploader names."""
         _, spec = _uploading(job_id, request)
@@ -215,6 +303,12 @@ class IngestUploads(APIView):
 
 
 class IngestFailedTasks(APIView):
+    @extend_schema(
+        summary="Report tiles that could not be sent", description=UPLOADER,
+        request=inline_serializer("FailedTasks", {"tasks": _leased("FailedTask", error=serializers.CharField(
+            help_text="what went wrong (kept to 1000 characters)"))}),
+        responses={200: inline_serializer("FailedCount", {"failed": COUNT}),
+                   **errors(400, 401, 403, 404, 409, 413, 415, 503, meanings=JOB_ERRORS)})
     def post(self, request: Any, job_id: int) -> Response:
         """Tiles the uploader could not read or that failed its checks, with the reason."""
         _, spec = _uploading(job_id, request)
@@ -224,6 +318,9 @@ class IngestFailedTasks(APIView):
 
 
 class IngestJobRetry(APIView):
+    @extend_schema(summary="Requeue an ingest job's failed tasks", request=None,
+                   responses={200: inline_serializer("Requeued", {"requeued": COUNT}),
+                              **errors(401, 403, 404, 409, 503, meanings=JOB_ERRORS)})
     def post(self, request: Any, job_id: int) -> Response:
         """Move the job's failed tasks from the dead-letter queues back to their queues."""
         job = _job(job_id, request)
@@ -245,6 +342,23 @@ class LocalTileUpload(APIView):
     def max_body_bytes(self) -> int:
         return services().config.max_body_bytes
 
+    @extend_schema(
+        summary="Upload a tile (local tile store)",
+        description="The URL and headers come from POST /v1/ingest/{job_id}/uploads/; the body is the tile file as "
+                    "it is (PNG or TIFF), with any Content-Type.",
+        parameters=[OpenApiParameter("key", str, OpenApiParameter.PATH, description="the tile's key"),
+                    OpenApiParameter("expires", str, required=True, description="from the upload URL"),
+                    OpenApiParameter("signature", str, required=True, description="from the upload URL"),
+                    *[OpenApiParameter(f"x-amz-meta-{name}", str, OpenApiParameter.HEADER, required=True,
+                                       description="from the upload's headers") for name in (RECEIPT, SHA256,
+                                                                                             SIGNATURE)]],
+        request=binary(["*/*"]),
+        responses={200: OpenApiResponse(None, description="stored; empty body"), **errors(
+            400, 401, 403, 404, 413, 503, meanings={
+                401: "the URL has no signature (and no token was sent)",
+                403: "the signature does not match this key, these headers and this expiry, or has expired",
+                404: "this service's tile store takes uploads at its own URLs (presigned S3 PUTs), not here",
+                413: "the body is over NDSTORE_MAX_BODY_BYTES"})})
     def put(self, request: Any, key: str) -> Response:
         store = services().ingest_stores.uploads
         if store is None:

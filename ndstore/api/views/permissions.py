@@ -9,12 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ndstore.api import audit, auth, lookups
 from ndstore.api.models import Grant
+from ndstore.api.schema import TOKEN_REQUIRED, errors
 from ndstore.core.errors import InvalidRequest, NotFound
 
 
@@ -29,6 +31,18 @@ class GrantSerializer(serializers.Serializer):
         if "channel" in attrs and "experiment" not in attrs:
             raise serializers.ValidationError({"experiment": "a channel grant needs its experiment"})
         return attrs
+
+
+RESOURCE_FIELDS = {
+    "collection": serializers.CharField(max_length=64),
+    "experiment": serializers.CharField(max_length=64, required=False),
+    "channel": serializers.CharField(max_length=64, required=False, help_text="needs experiment"),
+}
+RESOURCE_QUERY = [OpenApiParameter(name, str, required=name == "collection", description=f"the grant's {name}")
+                  for name in RESOURCE_FIELDS]
+USER = serializers.CharField(max_length=150, help_text="the user's name")
+LEVEL = serializers.ChoiceField(choices=list(Grant.LEVELS))
+NOT_FOUND = {404: "no such collection, experiment, channel or user"}
 
 
 def _body(request: Any) -> Any:
@@ -62,11 +76,24 @@ def _user(name: str | None) -> Any:
 
 
 class PermissionsView(APIView):
+    @extend_schema(
+        summary="List the grants on a resource", description="Needs admin on the resource.",
+        parameters=RESOURCE_QUERY, auth=TOKEN_REQUIRED,
+        responses={200: inline_serializer("Grants", {"permissions": inline_serializer(
+                       "UserLevel", {"user": USER, "level": LEVEL}, many=True)}),
+                   **errors(400, 401, 403, 404, 429, meanings=NOT_FOUND)})
     def get(self, request: Any) -> Response:
         where, _ = _target(request, request.query_params.dict())
         grants = Grant.objects.filter(**where).select_related("user")
         return Response({"permissions": [{"user": g.user.username, "level": g.level} for g in grants]})
 
+    @extend_schema(
+        summary="Grant a user read, write or admin on a resource",
+        description="Needs admin on the resource. A grant on a collection covers its experiments and channels; "
+                    "granting again replaces the user's level there.",
+        request=inline_serializer("Grant", {"user": USER, **RESOURCE_FIELDS, "level": LEVEL}),
+        responses={201: inline_serializer("Granted", {"user": USER, "level": LEVEL}),
+                   **errors(400, 401, 403, 404, 413, 415, 503, meanings=NOT_FOUND)})
     def post(self, request: Any) -> Response:
         where, v = _target(request, _body(request))
         if "level" not in v:
@@ -76,6 +103,14 @@ class PermissionsView(APIView):
         Grant.objects.update_or_create(user=user, **where, defaults={"level": v["level"]})
         return Response({"user": user.username, "level": v["level"]}, status=201)
 
+    @extend_schema(
+        summary="Revoke a user's grant on a resource",
+        description="Needs admin on the resource. The grant is named in the query string, or instead in a JSON "
+                    "body with the same fields (not both).",
+        parameters=[OpenApiParameter(name, str, description=f"the grant's {name}")
+                    for name in ("user", *RESOURCE_FIELDS)],
+        responses={204: OpenApiResponse(None, description="revoked (also when there was no such grant)"),
+                   **errors(400, 401, 403, 404, 413, 415, 503, meanings=NOT_FOUND)})
     def delete(self, request: Any) -> Response:
         query = request.query_params.dict()
         if query and request.META.get("CONTENT_LENGTH", "0") not in ("", "0"):

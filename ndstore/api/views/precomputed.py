@@ -13,6 +13,9 @@ from typing import Any
 
 from django.http import HttpResponse
 from django.urls import register_converter
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -20,6 +23,7 @@ from rest_framework.views import APIView
 from ndstore.api import auth, lookups
 from ndstore.api.caching import cacheable
 from ndstore.api.models import Channel
+from ndstore.api.schema import errors
 from ndstore.core import precomputed
 from ndstore.core.errors import NotFound
 from ndstore.core.geometry import Box
@@ -51,7 +55,7 @@ class ChunkNameConverter:
 
 
 class EncodingConverter:
-    regex = "|".join(precomputed.ENCODINGS)
+    regex = f"(?:{'|'.join(precomputed.ENCODINGS)})"  # grouped: the OpenAPI pattern anchors it whole
 
     def to_python(self, value: str) -> str:
         return value
@@ -98,11 +102,42 @@ def _channel(request: Any, kw: dict[str, Any]) -> tuple[Channel, ChannelVolume, 
     return chan, volume, precomputed.check_encoding(encoding, volume)
 
 
+FILE_ERRORS = {
+    400: "bad range, or an encoding the channel cannot have",
+    404: "no such collection, experiment, channel or scale key",
+    413: "the chunk is over NDSTORE_MAX_CUTOUT_BYTES",
+}
+NOT_MODIFIED = OpenApiResponse(None, description="not modified: the If-None-Match ETag still holds")
+
+
+def _xyz() -> serializers.ListField:
+    return serializers.ListField(child=serializers.IntegerField(), min_length=3, max_length=3)
+
+
+INFO = inline_serializer("PrecomputedInfo", {
+    "@type": serializers.CharField(help_text="neuroglancer_multiscale_volume"),
+    "type": serializers.ChoiceField(choices=["image", "segmentation"]),
+    "data_type": serializers.CharField(help_text="the channel's datatype"),
+    "num_channels": serializers.IntegerField(),
+    "scales": inline_serializer("PrecomputedScale", {
+        "key": serializers.CharField(help_text="the resolution level"),
+        "size": _xyz(), "voxel_offset": _xyz(),
+        "resolution": serializers.ListField(child=serializers.FloatField(), help_text="nm per voxel, x y z"),
+        "chunk_sizes": serializers.ListField(child=_xyz(), help_text="one: the level's cuboid shape"),
+        "encoding": serializers.ChoiceField(choices=list(precomputed.ENCODINGS)),
+        "compressed_segmentation_block_size": serializers.ListField(child=serializers.IntegerField(),
+                                                                    required=False),
+    }, many=True, help_text="one per resolution level, finest first"),
+})
+
+
 def _file(request: Any, chan: Channel, body: bytes, content_type: str) -> HttpResponse:
     return cacheable(request, body, content_type, chan.experiment.collection.public, "Authorization")
 
 
 class InfoView(PrecomputedView):
+    @extend_schema(summary="A channel's precomputed info", responses={
+        200: INFO, 304: NOT_MODIFIED, **errors(400, 401, 403, 404, 429, meanings=FILE_ERRORS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
         chan, volume, encoding = _channel(request, kw)
         frame = chan.experiment.coord_frame
@@ -114,6 +149,16 @@ class InfoView(PrecomputedView):
 
 
 class ChunkView(PrecomputedView):
+    @extend_schema(
+        summary="One precomputed chunk",
+        description="Raw chunks are little-endian voxels, x fastest; compressed_segmentation ones use 8x8x8 blocks. "
+                    "Read through the cache tier at the channel's default_time_sample.",
+        parameters=[OpenApiParameter("key", str, OpenApiParameter.PATH, description="scale key: the resolution level"),
+                    OpenApiParameter("box", str, OpenApiParameter.PATH, pattern=f"^{ChunkNameConverter.regex}$",
+                                     description="x0-x1_y0-y1_z0-z1: half-open voxel ranges of the level")],
+        responses={(200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, description="the chunk"),
+                   304: NOT_MODIFIED,
+                   **errors(400, 401, 403, 404, 413, 429, 500, 503, meanings=FILE_ERRORS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
         chan, volume, encoding = _channel(request, kw)
         level = precomputed.level_of_key(kw["key"], volume.num_levels)
@@ -124,6 +169,8 @@ class ChunkView(PrecomputedView):
         return _file(request, chan, precomputed.encode_chunk(data, encoding), "application/octet-stream")
 
 
+@extend_schema(summary="Any other precomputed file", responses=errors(401, 404, 429, meanings={
+    404: "no such file; the message lists the files a channel has"}))
 class NoSuchFile(PrecomputedView):
     """Any other path under /precomputed/ (`provenance`, probes for other formats): a 404 that
     says which files exist."""

@@ -6,15 +6,24 @@ collections and coordinate frames are created by resource managers (staff users)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_serializer,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import serializers as drf_serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ndstore.api import audit, auth, lookups
 from ndstore.api.models import Collection, CoordinateFrame, Grant
+from ndstore.api.schema import TOKEN_REQUIRED, errors
 from ndstore.api.serializers import (
     ChannelSerializer,
     CollectionSerializer,
@@ -97,6 +106,46 @@ class ResourceView(APIView):
         pass
 
 
+def _fields_of(serializer: type[drf_serializers.ModelSerializer]) -> type[drf_serializers.ModelSerializer]:
+    """What a create or change reads: the resource's fields less its name, which the URL gives. Its
+    OpenAPI components are the resource's with the suffix Request (and the prefix Patched for PUT)."""
+    fields = [field for field in serializer.Meta.fields if field != "name"]
+    body = type(serializer.__name__, (serializer,), {"Meta": type("Meta", (serializer.Meta,), {"fields": fields})})
+    return extend_schema_serializer(component_name=serializer.__name__.removesuffix("Serializer"))(body)
+
+
+def resource_schema(*, access: str, on_delete: str, nested: bool, read_needs_token: bool = False,
+                    ) -> Callable[[type[ResourceView]], type[ResourceView]]:
+    """The OpenAPI description of a ResourceView: its serializer's fields in and out; `access` says
+    who may do what, `on_delete` when a delete is refused (409) and what it removes."""
+    def describe(view: type[ResourceView]) -> type[ResourceView]:
+        out, kind = view.serializer_class, view.kind
+        a_kind = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+        body = _fields_of(out)
+        fixed = ", ".join(getattr(out, "immutable", ())) or "none"
+        return extend_schema_view(
+            get=extend_schema(summary=f"Read {a_kind}", description=access,
+                              auth=TOKEN_REQUIRED if read_needs_token else None,
+                              responses={200: out, **errors(401, *(() if read_needs_token else (403,)), 404, 429)}),
+            post=extend_schema(
+                summary=f"Create {a_kind}",
+                description=f"{access} The body holds its fields; its name is the URL's. Fields that fix how its "
+                            f"data is stored cannot change later: {fixed}.",
+                request=body,
+                responses={201: out, **errors(400, 401, 403, *((404,) if nested else ()), 409, 413, 415, 503)}),
+            put=extend_schema(
+                summary=f"Change {a_kind}",
+                description=f"{access} The body holds the fields to change. Renaming is not supported; these fields "
+                            f"cannot change: {fixed}.",
+                request=body(partial=True),
+                responses={200: out, **errors(400, 401, 403, 404, 413, 415, 503)}),
+            delete=extend_schema(
+                summary=f"Delete {a_kind}", description=f"{access} {on_delete}", request=None,
+                responses={204: OpenApiResponse(None, description="deleted"), **errors(401, 403, 404, 409, 503)}),
+        )(view)
+    return describe
+
+
 def _require_object(data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InvalidRequest("the request body must be a JSON object of the resource's fields")
@@ -108,6 +157,8 @@ def _refuse_if(children: Any, what: str, obj: Any) -> None:
         raise Conflict(f"{obj.name} still has {what}; delete them first")
 
 
+@resource_schema(access="Reading needs a token; creating, changing and deleting need a staff user.",
+                 on_delete="Refused while experiments use it.", nested=False, read_needs_token=True)
 class CoordFrameView(ResourceView):
     audit_key = "coord"
     serializer_class = CoordinateFrameSerializer
@@ -126,6 +177,9 @@ class CoordFrameView(ResourceView):
         _refuse_if(obj.experiments, "experiments using it", obj)
 
 
+@resource_schema(access="Reading needs read permission on it (none when it is public); creating needs a staff user, "
+                        "who becomes its admin; changing and deleting need admin on it.",
+                 on_delete="Refused while it has experiments.", nested=False)
 class CollectionView(ResourceView):
     audit_key = "collection"
     serializer_class = CollectionSerializer
@@ -147,6 +201,9 @@ class CollectionView(ResourceView):
         _refuse_if(obj.experiments, "experiments", obj)
 
 
+@resource_schema(access="Reading needs read permission on it; creating needs admin on its collection; changing and "
+                        "deleting need admin on it.",
+                 on_delete="Refused while it has channels.", nested=True)
 class ExperimentView(ResourceView):
     audit_key = "experiment"
     serializer_class = ExperimentSerializer
@@ -163,6 +220,10 @@ class ExperimentView(ResourceView):
         _refuse_if(obj.channels, "channels", obj)
 
 
+@resource_schema(access="Reading needs read permission on it; creating needs admin on its experiment; changing and "
+                        "deleting need admin on it.",
+                 on_delete="Deletes its voxels too (cached, buffered and stored). Refused while another channel names "
+                           "it a source, an ingest job of it uploads or a downsample build of it runs.", nested=True)
 class ChannelView(ResourceView):
     audit_key = "channel"
     serializer_class = ChannelSerializer
@@ -192,6 +253,11 @@ class ChannelView(ResourceView):
         services().purge_channel(lookups.channel_volume(obj))
 
 
+def names_schema(component: str, key: str, *codes: int, **kwargs: Any) -> Callable[[type], type]:
+    return extend_schema(responses={200: inline_serializer(component, {key: drf_serializers.ListField(
+        child=drf_serializers.CharField(), help_text="names, sorted")}), **errors(*codes)}, **kwargs)
+
+
 class ListView(APIView):
     """GET of the names in one level of the hierarchy that the caller may read."""
 
@@ -204,6 +270,8 @@ class ListView(APIView):
         return Response({self.key: sorted(self.names(request, **names))})
 
 
+@names_schema("CollectionNames", "collections", 401, 429, summary="List the collections",
+              description="Those the caller may read (anonymous: the public ones).")
 class CollectionList(ListView):
     key = "collections"
 
@@ -211,6 +279,8 @@ class CollectionList(ListView):
         return [c.name for c in Collection.objects.all() if auth.access_level(request.user, c) >= auth.READ]
 
 
+@names_schema("ExperimentNames", "experiments", 401, 403, 404, 429, summary="List a collection's experiments",
+              description="Needs read permission on the collection.")
 class ExperimentList(ListView):
     key = "experiments"
 
@@ -220,6 +290,8 @@ class ExperimentList(ListView):
         return [e.name for e in coll.experiments.all()]
 
 
+@names_schema("ChannelNames", "channels", 401, 403, 404, 429, summary="List an experiment's channels",
+              description="Needs read permission on the experiment.")
 class ChannelList(ListView):
     key = "channels"
 
@@ -229,6 +301,8 @@ class ChannelList(ListView):
         return [c.name for c in exp.channels.all()]
 
 
+@names_schema("CoordNames", "coords", 401, 429, summary="List the coordinate frames", description="Needs a token.",
+              auth=TOKEN_REQUIRED)
 class CoordFrameList(ListView):
     key = "coords"
 
