@@ -13,7 +13,8 @@ threads = int(os.environ.get("NDSTORE_WEB_THREADS", "4"))
 timeout = int(os.environ.get("NDSTORE_WEB_TIMEOUT", "300"))
 keepalive = 30
 graceful_timeout = 30
-accesslog = os.environ.get("NDSTORE_ACCESS_LOG") or None
+accesslog = os.environ.get("NDSTORE_ACCESS_LOG") or None  # the service logs one line per request itself
+loglevel = os.environ.get("NDSTORE_LIBRARY_LOG_LEVEL", "warning").lower()
 wsgi_app = "ndstore.api.wsgi:application"
 
 # glibc reads MALLOC_* tuning only at process start, so it cannot be set here: `ndstore up`,

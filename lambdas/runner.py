@@ -18,6 +18,9 @@ from typing import Any
 
 from lambdas import downsample
 from lambdas import ingest as handlers
+from ndstore.core.errors import StorageError
+from ndstore.core.observe import NULL, Observer
+from ndstore.logs import configure as configure_logs
 from ndstore.storage.interfaces import Message, WorkQueue
 from ndstore.wiring import services
 
@@ -49,7 +52,8 @@ def handler_for(queue: str, prefix: str) -> Handler | None:
 class QueuePoller:
     """One worker's loop over every queue with a handler."""
 
-    def __init__(self, queues: WorkQueue, prefix: str, refresh_s: float = 2.0):
+    def __init__(self, queues: WorkQueue, prefix: str, refresh_s: float = 2.0, observer: Observer = NULL):
+        self.observer = observer
         self.queues = queues
         self.prefix = prefix
         self.refresh_s = refresh_s
@@ -61,9 +65,12 @@ class QueuePoller:
             routes = []
             for name in self.queues.names(f"{self.prefix}-"):
                 handler = handler_for(name, self.prefix)
-                url = self.queues.url(name) if handler else None
-                if handler and url:
-                    routes.append((url, self.queues.arn(url), handler))
+                try:
+                    url = self.queues.url(name) if handler else None
+                    if handler and url:
+                        routes.append((url, self.queues.arn(url), handler))
+                except StorageError:  # deleted since it was listed (its job completed): nothing to poll
+                    continue
             self._routes, self._refreshed = routes, time.monotonic()
         return self._routes
 
@@ -80,6 +87,9 @@ class QueuePoller:
                 continue
             result = handler(sqs_event(messages, arn))
             failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
+            self.observer.count("ingest_handled_total", len(messages) - len(failed), handler=handler.__name__,
+                                outcome="done")
+            self.observer.count("ingest_handled_total", len(failed), handler=handler.__name__, outcome="failed")
             for i, m in enumerate(messages):
                 if str(i) in failed:
                     self.queues.retry_later(m, min(30, 2 ** m.receive_count))
@@ -101,9 +111,9 @@ class QueuePoller:
 def _worker(stop: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent decides
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logs()
     ingest = services().ingest
-    QueuePoller(ingest.queues, ingest.queue_prefix).run(stop)
+    QueuePoller(ingest.queues, ingest.queue_prefix, observer=services().metrics).run(stop)
 
 
 def run_runner(workers: int, stop: threading.Event) -> None:
@@ -135,7 +145,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="the ingest pipeline's handlers, run locally")
     parser.add_argument("--workers", type=int, default=None)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logs()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda _s, _f: stop.set())

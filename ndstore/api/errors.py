@@ -13,6 +13,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from ndstore.core import errors
 from ndstore.core.signing import BadSignature
+from ndstore.wiring import services
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +23,11 @@ STATUS = {
     errors.Conflict: 409,
     errors.PayloadTooLarge: 413,
     errors.UnsupportedMediaType: 415,
+    errors.StorageFull: 507,
     errors.StorageError: 503,
     errors.DataCorrupt: 500,
+    errors.DataLost: 503,
+    errors.IndexStale: 503,
     BadSignature: 403,
 }
 
@@ -55,12 +59,31 @@ class JSONErrors:
         return super().handle_exception(exc)  # type: ignore[misc, no-any-return]
 
 
+def _count(exc: Exception, code: int) -> None:
+    try:
+        services().metrics.count("errors_total", kind=type(exc).__name__, status=str(code))
+    except Exception:  # noqa: BLE001 - no Redis to count in: the answer goes out anyway
+        pass
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    response = _handle(exc, context)
+    if response is not None:
+        _count(exc, response.status_code)
+    return response
+
+
+def _handle(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, errors.NDStoreError):
         code = status_of(exc)
-        if code >= 500:
-            log.warning("storage failure: %s", exc) if code == 503 else log.error("data corrupt: %s", exc)
-        response = Response({"status": code, "message": str(exc)}, status=code)
+        if isinstance(exc, (errors.DataCorrupt, errors.DataLost)):
+            log.error("%s: %s", type(exc).__name__, exc)
+        elif code >= 500:
+            log.warning("storage failure: %s", exc)
+        body: dict[str, Any] = {"status": code, "message": str(exc)}
+        if isinstance(exc, errors.DataLost):
+            body["lost"] = exc.names[:100]
+        response = Response(body, status=code)
         if isinstance(exc, errors.StorageError):
             response["Retry-After"] = str(getattr(exc, "retry_after_s", 1))
         return response

@@ -15,6 +15,7 @@ from ndstore.api.views import (
     downsample,
     image,
     ingest,
+    operations,
     permissions,
     precomputed,
     resources,
@@ -62,6 +63,8 @@ urlpatterns = [
     path("v1/coord/<name:name>/", resources.CoordFrameView.as_view()),
     path("v1/permissions/", permissions.PermissionsView.as_view()),
     path("v1/audit/", audit.AuditLogView.as_view()),
+    path("metrics", operations.MetricsView.as_view()),
+    path("metrics/", operations.MetricsView.as_view()),
     *boss.routes(),  # Boss v1 compatibility (intern); before the cutout routes
     *cutout_routes("v1/cutout/", cutout.CutoutView),
     *cutout_routes("v1/direct/cutout/", cutout.DirectCutoutView),
@@ -80,7 +83,8 @@ urlpatterns = [
     path("v1/blaze/merge/<slug:request_id>/", blaze.BlazeMergeRequestView.as_view()),
     *[path(f"precomputed/<name:collection>/<name:experiment>/<name:channel>/{tail}", view.as_view())
       for tail, view in precomputed.ROUTES],
-    path("precomputed/<path:rest>", precomputed.NoSuchFile.as_view()),
+    # (?s): a path with a line break in it is answered too (Django's path converters stop at one)
+    re_path(r"^precomputed/(?P<rest>(?s:.+))\Z", precomputed.NoSuchFile.as_view()),
     path("admin/", admin.site.urls),
     path("", include("ndstore.api.views.landing")),  # `/` and `/neuroglancer/`
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -90,6 +90,13 @@ class LocalStack:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def log_dir(self) -> Path:
+        """Where the logs of processes too chatty for the console go (the merger's JVM)."""
+        path = self.data_dir / "logs"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     def secret_key(self) -> str:
         """NDSTORE_SECRET_KEY when set, else one made for this data directory at its first start
         (kept in `secret_key`, 0600): it signs what the ingest handlers trust."""
@@ -139,8 +146,13 @@ class LocalStack:
         subprocess.run([sys.executable, "-m", "django", "ndstore_prepare"], env=env, check=True, cwd=ROOT)
         cli = [sys.executable, "-m", "ndstore.cli"]
         self.procs.append(subprocess.Popen([*cli, "daemons"], env=env, cwd=ROOT))
-        if self.with_merger:
-            self.procs.append(subprocess.Popen([*cli, "blaze", "merger"], env=env, cwd=ROOT))
+        if self.with_merger:  # its JVM's start-up chatter goes to a file, unless -v
+            quiet = env.get("NDSTORE_LIBRARY_LOG_LEVEL", "WARNING").upper() not in ("INFO", "DEBUG")
+            out = open(self.log_dir / "merger.log", "ab") if quiet else None  # noqa: SIM115 - kept by the child
+            self.procs.append(subprocess.Popen([*cli, "blaze", "merger"], env=env, cwd=ROOT, stdout=out,
+                                               stderr=subprocess.STDOUT if out else None))
+            if out:
+                out.close()
         self.procs.append(subprocess.Popen([sys.executable, "-m", "lambdas.runner"], env=env, cwd=ROOT))
         self.procs.append(self._gunicorn(env))
         wait_until(self._web_ready, f"web service at {self.url}", timeout=60)

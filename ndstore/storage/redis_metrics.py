@@ -52,6 +52,7 @@ class RedisMetrics:
         self._pending: defaultdict[str, float] = defaultdict(float)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._failing = False
 
     # -- recording (the Observer port) -----------------------------------------------------------
     def count(self, name: str, value: float = 1, **labels: str) -> None:
@@ -83,9 +84,11 @@ class RedisMetrics:
             for key, value in pending.items():
                 pipe.hincrbyfloat(KEY, key, value)
             pipe.execute()
+            self._failing = False
             return True
         except redis.exceptions.RedisError as exc:
-            log.warning("metrics not flushed (kept for the next try): %s", exc)
+            (log.debug if self._failing else log.warning)("metrics not flushed (kept for the next try): %s", exc)
+            self._failing = True
             with self._lock:
                 for key, value in pending.items():
                     self._pending[key] += value

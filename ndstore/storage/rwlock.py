@@ -26,6 +26,7 @@ from typing import Any
 import redis
 
 from ndstore.core.errors import LockTimeout, StorageError
+from ndstore.core.observe import NULL, Observer
 
 _NOW = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
 _READ = _NOW + """
@@ -98,7 +99,10 @@ class RedisRWLocks:
     """Readers-writer locks by name. `hold` (exclusive) is `write`, for the base tier."""
 
     def __init__(self, client: redis.Redis, lease_ms: int = 30_000, timeout_s: float = 60.0,
-                 poll_s: float = 0.05):
+                 poll_s: float = 0.05, observer: Observer = NULL):
+        """`observer`: told how long each lock that was busy kept its taker waiting, and of
+        every lock that could not be taken in time."""
+        self._observer = observer
         self._redis = client
         self.lease_ms = lease_ms
         self.timeout_s = timeout_s
@@ -139,13 +143,18 @@ class RedisRWLocks:
 
     def _acquire(self, name: str, token: str, mode: str, deadline: float) -> None:
         event: threading.Event | None = None
+        started: float | None = None
         while True:
             if self._call(mode, name, token, self.lease_ms):
                 with self._held_guard:
                     self._held[(name, token)] = None
+                if started is not None:
+                    self._observer.observe("lock_wait_seconds", time.monotonic() - started, mode=mode)
                 return
+            started = started if started is not None else time.monotonic()
             if time.monotonic() > deadline:
                 self._call("release", name, token, f"{CHANNEL_PREFIX}{name}")  # withdraw a writer's claim
+                self._observer.count("lock_timeouts_total", mode=mode)
                 raise LockTimeout(f"supercuboid {name} stayed locked too long; try again")
             event = event or self._wake_event(name)
             event.wait(self.poll_s)

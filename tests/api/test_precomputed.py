@@ -317,3 +317,11 @@ def test_tensorstore_reads_through_its_http_kvstore(served: str, admin: APIClien
             box = Box((max(extent.lo[0], extent.hi[0] - 150), extent.lo[1] + 3, extent.lo[2] + 2), extent.hi)
             got = store[box.lo[0]:box.hi[0], box.lo[1]:box.hi[1], box.lo[2]:box.hi[2], 0].read().result()
             np.testing.assert_array_equal(got, ref[box.slices_zyx(extent.lo)].transpose(2, 1, 0))
+
+
+def test_a_path_with_a_line_break_is_a_json_404(admin: APIClient, ng: Dataset) -> None:
+    """Found by the schema fuzzer: Django's path converters stop at a line break, so such a
+    path fell through every route to Django's HTML page."""
+    r = admin.get("/precomputed/c%0A/e/ch/compressed_segmentation/a%0A/0-1_0-1_0-1")
+    assert r.status_code == 404 and r["Content-Type"] == "application/json"
+    assert "no such precomputed file" in r.json()["message"]

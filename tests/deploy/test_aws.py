@@ -528,21 +528,21 @@ def test_each_routed_service_runs_gunicorn_on_the_target_port_with_its_role() ->
     assert not {"s3:GetObject", "s3:PutObject", "dynamodb:Query"} & roles["ingest on the base tier"]
 
 
-def test_health_checks_pass_with_the_checkers_host_and_no_database() -> None:
+def test_health_checks_ask_healthz_with_the_checkers_host() -> None:
     """The health checker sends the task's private address as the Host: NDSTORE_ALLOWED_HOSTS
-    (the load balancer's name) refuses it, but the health check's static file is answered by
-    WhiteNoise ahead of that check, and before the database exists."""
+    (the load balancer's name) refuses it on every other path, but /healthz is answered ahead of
+    that check, with no token and no migrated schema, and names its parts."""
     from django.test import Client, override_settings
 
     paths = {tg["Properties"]["HealthCheckPath"]
              for tg in resources("service.yaml", "AWS::ElasticLoadBalancingV2::TargetGroup").values()}
-    assert len(paths) == 1
-    (path,) = paths
+    assert paths == {"/healthz"}
     checker = {"HTTP_HOST": "10.0.1.23:8000"}
     with override_settings(ALLOWED_HOSTS=["ndstore-123.us-east-1.elb.amazonaws.com"], DEBUG=False):
         client = Client()
-        assert client.get(path, **checker).status_code == 200
-        assert client.get("/", **checker).status_code == 400  # why it must be so
+        r = client.get("/healthz", **checker)
+        assert r.status_code in (200, 503) and {"database", "object_store"} <= set(r.json()["parts"])
+        assert client.get("/", **checker).status_code == 400  # why it must be answered first
 
 
 # --- ECS --------------------------------------------------------------------------------------------

@@ -180,7 +180,9 @@ def test_compose_web_nodes_run_the_service(compose: dict[str, Any]) -> None:
         for setting in ("NDSTORE_OBJECT_STORE", "NDSTORE_INDEX", "NDSTORE_REDIS_URL", "NDSTORE_BLAZE_REDIS_URL",
                         "NDSTORE_INGEST_BACKEND", "DATABASE_URL"):
             assert env[setting] == s["web"]["environment"][setting], (name, setting)
-    assert set(WEB_NODES) <= set(s["nginx"]["depends_on"])
+        probe = svc["healthcheck"]["test"]
+        assert probe[0] == "CMD" and "http://127.0.0.1:8000/healthz" in probe[-1], name
+        assert s["nginx"]["depends_on"][name]["condition"] == "service_healthy", name  # no traffic before healthy
 
 
 def test_compose_uses_only_settings_the_code_reads(compose: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ import os
 import dj_database_url
 
 from ndstore.config import Config
+from ndstore.logs import LIBRARIES
 
 CONFIG = Config.from_env()
 
@@ -28,6 +29,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "ndstore.api.operations.Operations",  # /healthz (before host checks) and the per-request log line
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # the admin's and the docs page's static files
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -100,11 +102,24 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "SCHEMA_PATH_PREFIX": "/v1/",  # tags and operation ids from the part after it: collection, cutout, ...
+    "COMPONENT_SPLIT_REQUEST": True,  # request bodies without the read-only fields of the responses
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "ndstore.api.schema.describe_path_parameters",
+                             "ndstore.api.schema.distinct_operation_ids"],
 }
 
+# Our own loggers at NDSTORE_LOG_LEVEL (INFO: one line per request, `ndstore.requests`); the
+# libraries' at NDSTORE_LIBRARY_LOG_LEVEL (WARNING: no start-up chatter; `ndstore up -v` lowers both).
+_LIBRARY_LEVEL = os.environ.get("NDSTORE_LIBRARY_LOG_LEVEL", "WARNING")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"line": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "filters": {"answered_on_purpose": {"()": "ndstore.logs.AnsweredOnPurpose"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
     "root": {"handlers": ["console"], "level": os.environ.get("NDSTORE_LOG_LEVEL", "INFO")},
+    "loggers": {**{name: {"level": _LIBRARY_LEVEL} for name in (*LIBRARIES, "django", "drf_spectacular")},
+                # 4xx are in our request line; a 500 keeps its traceback; our 503/507 logged once
+                "django.request": {"level": "ERROR", "filters": ["answered_on_purpose"]}},
 }
