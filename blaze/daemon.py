@@ -1,6 +1,8 @@
 """The merger daemon: runs a merge round when the oldest pending write has waited
 `merge_interval_s`, when the backlog passes `merge_backlog_bytes`, or when a merge is requested
-(CLI or the admin endpoint); reports each request's outcome in the buffer."""
+(CLI or the admin endpoint); reports each request's outcome in the buffer. Each step first
+checks the buffer's Redis against its ledger (nothing is merged from a Redis that came back
+short) and ends by bringing the ledger up to date (ndstore/engine/ledger.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from blaze.merge import MergeResult
+from ndstore.core.observe import NULL, Observer
+from ndstore.engine.ledger import LedgerKeeper
+from ndstore.engine.writeback import rounds
 from ndstore.storage.interfaces import BlazeBuffer, MergeRequests, MergerPresence
 
 log = logging.getLogger("ndstore.blaze")
@@ -20,7 +25,10 @@ HEARTBEAT_S = 5.0
 class MergeDaemon:
     def __init__(self, buffer: BlazeBuffer, requests: MergeRequests, presence: MergerPresence,
                  run_round: Callable[[], MergeResult], interval_s: float, backlog_bytes: int, poll_s: float = 0.5,
-                 identity: dict[str, Any] | None = None):
+                 identity: dict[str, Any] | None = None, observer: Observer = NULL,
+                 ledger: LedgerKeeper | None = None):
+        self.observer = observer
+        self.ledger = ledger
         self.buffer = buffer
         self.requests = requests
         self.presence = presence
@@ -52,24 +60,26 @@ class MergeDaemon:
     def run(self, stop: threading.Event) -> None:
         threading.Thread(target=self._beat_until, args=(stop,), name="merger-heartbeat", daemon=True).start()
         try:
-            self._run_rounds(stop)
+            rounds(self.step, self.poll_s, stop, "merger", self.observer)
+            if self.ledger is not None:
+                self.ledger.keep(final=True)
         finally:
             try:
                 self.presence.retire_merger()
             except Exception:  # noqa: BLE001 - the announcement expires by itself
                 pass
 
-    def _run_rounds(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            try:
-                self.step()
-            except Exception:  # noqa: BLE001 - a failed round is retried; the daemon lives on
-                log.exception("merge round failed; retrying in %.0fs", 5)
-                stop.wait(5)
-            stop.wait(self.poll_s)
 
     def step(self) -> MergeResult | None:
         """One look at the buffer: a merge round if one is due or requested."""
+        if self.ledger is not None:
+            self.ledger.check()
+        result = self._merge_if_due()
+        if self.ledger is not None:
+            self.ledger.keep()
+        return result
+
+    def _merge_if_due(self) -> MergeResult | None:
         requests = self.requests.take_merge_requests()
         if not requests and not self.due():
             return None
@@ -85,6 +95,10 @@ class MergeDaemon:
         for r in requests:
             self.requests.set_merge_status(r["id"], {"state": "done", "started_at": started, "finished_at": time.time(),
                                                    **result.as_dict()})
+        self.observer.count("blaze_merged_blobs_total", result.blobs_applied)
+        self.observer.count("blaze_merged_supercuboids_total", result.supercuboids)
+        if result.supercuboids_failed:
+            self.observer.count("blaze_merge_failures_total", result.supercuboids_failed)
         if result.supercuboids:
             log.info("merged %d blobs into %d supercuboids in %.1fs", result.blobs_applied, result.supercuboids,
                      result.seconds)

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from blaze.blob import BlobHeader, apply_to
 from ndstore.core import morton
-from ndstore.core.errors import DataCorrupt
+from ndstore.core.errors import DataCorrupt, DataLost
 from ndstore.core.keys import SupercuboidKey
 from ndstore.engine.cache_tier import CacheTier, Rewrite
 from ndstore.storage.interfaces import BlazeBuffer, PendingBlob
@@ -83,7 +83,7 @@ class Merger:
         for name in names:
             try:
                 total = total + self.merge_one(name)
-            except DataCorrupt as exc:  # its blobs stay pending; the other supercuboids merge
+            except (DataCorrupt, DataLost) as exc:  # its blobs stay pending; the other supercuboids merge
                 log.error("supercuboid %s not merged: %s", name, exc)
                 total = total + MergeResult(supercuboids_failed=1)
         return total

@@ -6,35 +6,60 @@ lock is taken.
 Read: under the read locks of the touched supercuboids (the merger takes their write locks),
 read the base tier (after writing back dirty cache data, as direct reads do) and snapshot the
 pending blobs; then apply the blobs that overlap the box, in sequence order.
+Loss: supercuboids marked lost are refused (DataLost) both ways; a buffer Redis found without
+the mark of a checked run is checked against its ledger first (ndstore/engine/ledger.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy.typing as npt
 
 from blaze.blob import BlobHeader, apply_to, supercuboid_names
 from ndstore.core import morton, wire
+from ndstore.core.errors import RedisUnverified
 from ndstore.core.keys import SupercuboidKey
+from ndstore.core.observe import NULL, Observer
+from ndstore.engine.cache_tier import CacheTier
 from ndstore.engine.direct import CoherentDirect
+from ndstore.engine.ledger import LedgerBook, LedgerKeeper
 from ndstore.engine.volume import Cutout
 from ndstore.storage.interfaces import BlazeBuffer, PendingBlob
 
 Array = npt.NDArray[Any]
+T = TypeVar("T")
+
+
+def buffer_ledger(buffer: BlazeBuffer, cache_tier: CacheTier, observer: Observer = NULL) -> LedgerKeeper:
+    """The ledger of what the buffer's Redis holds unmerged, next to the base tier; what it lost is
+    refused by the cache tier (every path reads the lost supercuboids through it)."""
+    return LedgerKeeper("blaze", buffer, LedgerBook(cache_tier.objects, "blaze"), cache_tier.ledger_lock("blaze"),
+                        buffer.drop_all_but, cache_tier.mark_lost, dict, observer=observer)
 
 
 class BlazeTier:
-    def __init__(self, buffer: BlazeBuffer, direct: CoherentDirect):
+    def __init__(self, buffer: BlazeBuffer, direct: CoherentDirect, ledger: LedgerKeeper):
         self.buffer = buffer
         self.direct = direct
+        self.ledger = ledger
+
+    def _checked(self, call: Callable[[], T]) -> T:
+        """``call()``, once more after checking the buffer's Redis if it had not been."""
+        try:
+            return call()
+        except RedisUnverified:
+            self.ledger.verify()
+            return call()
 
     def write_body(self, cutout: Cutout, body: bytes, media_type: str, has_time: bool) -> int:
         """Buffer a request body for the cutout's box; returns its sequence number."""
         header = BlobHeader.for_cutout(cutout, media_type, has_time)
         header.validate(body)
-        return self.buffer.append(header.to_json(), body, supercuboid_names(header))
+        names = supercuboid_names(header)
+        self.direct.tier.guard(names)
+        return self._checked(lambda: self.buffer.append(header.to_json(), body, names))
 
     def write(self, cutout: Cutout, data: Array) -> None:
         """An array write (the engine's Tier interface): buffered as an application/blosc body."""
@@ -46,7 +71,7 @@ class BlazeTier:
         seq order. A blob spanning two supercuboids may be merged into one and pending in the
         other (a merge round in progress); applying it to both would overwrite newer writes
         already merged into the first."""
-        out, (blobs, pending_in) = self.direct.tier.read_base(cutout, self._pending)
+        out, (blobs, pending_in) = self._checked(lambda: self.direct.tier.read_base(cutout, self._pending))
         grid = cutout.channel.grid(cutout.resolution)
         for blob in blobs:
             header = BlobHeader.from_json(blob.header)

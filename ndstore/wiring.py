@@ -13,14 +13,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from blaze.merge import Merger
-from blaze.tier import BlazeTier
+from blaze.tier import BlazeTier, buffer_ledger
 from ndstore.config import Config
+from ndstore.core.observe import Observer
 from ndstore.core.signing import Signer
 from ndstore.engine.base_tier import BaseTier
 from ndstore.engine.cache_tier import CacheTier
 from ndstore.engine.direct import CoherentDirect, RawReads
 from ndstore.engine.downsample import Downsampler, DownsampleRuns
+from ndstore.engine.index_check import GuardedIndex
 from ndstore.engine.ingest import Ingest
+from ndstore.engine.ledger import LedgerKeeper
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.engine.writeback import CacheManager, Flusher
 from ndstore.storage import redis_client
@@ -44,6 +47,7 @@ from ndstore.storage.local_tiles import LocalTileStore
 from ndstore.storage.locks import LocalLocks
 from ndstore.storage.rate_limit import RedisRateLimiter
 from ndstore.storage.redis_cache import RedisCuboidCache
+from ndstore.storage.redis_metrics import RedisMetrics
 from ndstore.storage.rwlock import RedisRWLocks
 from ndstore.storage.s3 import S3ObjectStore
 from ndstore.storage.sqlite_index import SqliteSupercuboidIndex
@@ -70,9 +74,9 @@ INDEXES: dict[str, Callable[[Config], SupercuboidIndex]] = {
     "dynamodb": lambda c: DynamoSupercuboidIndex(c.dynamodb_table, c.dynamodb_endpoint_url, c.aws_region,
                                                  c.aws_timeout_s, credentials(c)),
 }
-LOCKS: dict[str, Callable[[Config], RWLocks]] = {
-    "local": lambda c: LocalLocks(),
-    "redis": lambda c: RedisRWLocks(redis_client.connect(c.redis_url), lease_ms=c.lock_lease_ms),
+LOCKS: dict[str, Callable[[Config, Observer], RWLocks]] = {
+    "local": lambda c, o: LocalLocks(),
+    "redis": lambda c, o: RedisRWLocks(redis_client.connect(c.redis_url), lease_ms=c.lock_lease_ms, observer=o),
 }
 
 
@@ -114,7 +118,7 @@ INGEST_BACKENDS: dict[str, Callable[[Config], IngestStores]] = {"local": _local_
 T = TypeVar("T")
 
 
-def _pick(registry: Mapping[str, Callable[[Config], T]], kind: str, name: str) -> Callable[[Config], T]:
+def _pick(registry: Mapping[str, T], kind: str, name: str) -> T:
     try:
         return registry[name]
     except KeyError:
@@ -130,8 +134,10 @@ class Tier(Protocol):
 @dataclass(frozen=True)
 class Services:
     config: Config
-    index: SupercuboidIndex
+    objects: ObjectStore  # the base tier's store (supercuboids, ledgers, the index's stale mark)
+    index: GuardedIndex  # refuses to list a volume while marked stale (ndstore/engine/index_check.py)
     locks: RWLocks  # shared leases; the cache tier's supercuboid locks are its own business
+    metrics: RedisMetrics  # what every process counts, for /metrics (the engine's Observer)
     cache_tier: CacheTier
     direct: CoherentDirect
     blaze_buffer: RedisBlazeBuffer
@@ -139,6 +145,9 @@ class Services:
     merger_presence: RedisMergerPresence
     blaze: BlazeTier
     merger: Merger
+    blaze_ledger: LedgerKeeper  # what the NDBlaze Redis holds unmerged, kept next to the base tier
+    # each part the service needs, by name, and a call that fails unless it answers (/healthz)
+    probes: Mapping[str, Callable[[], object]]
 
     def tier(self, path: str, access_mode: str) -> Tier:
         """The engine behind a cutout path ("cache", "direct" or "blaze") and access mode:
@@ -187,33 +196,46 @@ class Services:
 
     def purge_channel(self, channel: ChannelVolume) -> int:
         """Delete every voxel of a channel: its pending NDBlaze writes first (so no merge can
-        bring them back), then cached and stored supercuboids. Returns stored ones deleted."""
+        bring them back), then cached and stored supercuboids. Returns stored ones deleted.
+        Refused before anything is deleted while the index is stale: it finds what to delete."""
+        self.index.require_fresh()
         self.merger.discard(channel.name_prefix)
         return self.cache_tier.purge(channel)
 
     def flusher(self) -> Flusher:
         c = self.config
-        return Flusher(self.cache_tier, c.flush_age_s, c.flush_interval_s, c.flush_in_flight)
+        return Flusher(self.cache_tier, c.flush_age_s, c.flush_interval_s, c.flush_in_flight, self.metrics)
 
     def cache_manager(self) -> CacheManager:
-        return CacheManager(self.cache_tier, self.config.cache_high_bytes, self.config.cache_low_bytes)
+        c = self.config
+        return CacheManager(self.cache_tier, c.cache_high_bytes, c.cache_low_bytes, observer=self.metrics)
 
 
 def build(config: Config) -> Services:
+    metrics = RedisMetrics(redis_client.connect(config.redis_url))
     objects = _pick(OBJECT_STORES, "object store", config.object_store)(config)
-    index = _pick(INDEXES, "index", config.index)(config)
-    locks = _pick(LOCKS, "lock", config.locks)(config)
+    index = GuardedIndex(_pick(INDEXES, "index", config.index)(config), objects)
+    locks = _pick(LOCKS, "lock", config.locks)(config, metrics)
     objects.ensure_ready()
     index.ensure_ready()
     base = BaseTier(objects, index, locks, config.io_parallelism)
     cache = CacheTier(RedisCuboidCache(redis_client.connect(config.cache_redis_url or config.redis_url)), base,
-                      locks, config.io_parallelism)
+                      locks, config.io_parallelism, observer=metrics)
     direct = CoherentDirect(cache)
     # NDBlaze bodies reach 1 GiB: a write may take longer than redis-py's default 5 s timeout.
     blaze_redis = redis_client.connect(config.blaze_redis_url, socket_timeout=300)
     buffer = RedisBlazeBuffer(blaze_redis, config.blaze_max_pending_bytes)
-    return Services(config, index, locks, cache, direct, buffer, RedisMergeRequests(blaze_redis),
-                    RedisMergerPresence(blaze_redis), BlazeTier(buffer, direct), Merger(buffer, cache))
+    blaze_ledger = buffer_ledger(buffer, cache, metrics)
+    probe_timeout = 2.0
+    probes: dict[str, Callable[[], object]] = {
+        "cache_redis": redis_client.connect(config.cache_redis_url or config.redis_url, probe_timeout).ping,
+        "lock_redis": redis_client.connect(config.redis_url, probe_timeout).ping,
+        "blaze_redis": redis_client.connect(config.blaze_redis_url, probe_timeout).ping,
+        "object_store": objects.ensure_ready, "index": index.ensure_ready,
+    }
+    return Services(config, objects, index, locks, metrics, cache, direct, buffer, RedisMergeRequests(blaze_redis),
+                    RedisMergerPresence(blaze_redis), BlazeTier(buffer, direct, blaze_ledger), Merger(buffer, cache),
+                    blaze_ledger, probes)
 
 
 _BUILDING = threading.Lock()

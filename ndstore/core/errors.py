@@ -39,6 +39,12 @@ class StorageError(NDStoreError):
     """A storage backend failed in a way the caller may retry (503)."""
 
 
+class StorageFull(StorageError):
+    """The store has no room left (a full disk or quota): nothing was stored (507)."""
+
+    retry_after_s = 30
+
+
 class LockTimeout(StorageError):
     """A lock could not be acquired in time (503)."""
 
@@ -55,3 +61,36 @@ class BufferFull(StorageError):
 class DataCorrupt(NDStoreError):
     """Stored data cannot be read back as it was written (500): the service refuses to answer
     rather than answer wrong, and nothing is dropped; an operator must look."""
+
+
+class DamagedInCache(DataCorrupt):
+    """A cached cuboid does not match the checksum stored with it: the cache Redis holds damaged
+    bytes (a corrupted AOF, a failing disk). Never decoded into an answer."""
+
+    def __init__(self, name: str, detail: str):
+        super().__init__(f"the cache holds a damaged copy of supercuboid {name}: {detail}")
+        self.name = name
+
+
+class DataLost(NDStoreError):
+    """Writes the service acknowledged to these supercuboids are gone: a Redis lost data it had
+    not yet written to the base tier (503). The service refuses them rather than answer with
+    older data, until an operator accepts the loss (`ndstore recover`)."""
+
+    def __init__(self, message: str, names: list[str]):
+        super().__init__(message)
+        self.names = names
+
+
+class RedisUnverified(StorageError):
+    """A Redis that holds acknowledged writes answers without the mark of a checked run (it
+    restarted without its data, or is another Redis): nothing is stored in it until its holdings
+    are checked against its ledger (503)."""
+
+    retry_after_s = 1
+
+
+class IndexStale(NDStoreError):
+    """The supercuboid index misses objects the object store holds (it was lost or restored from
+    an older copy): what lists stored supercuboids (bounding boxes, downsampling, deleting a
+    channel) would answer wrong, so it is refused (503) until `ndstore reindex` rebuilds it."""

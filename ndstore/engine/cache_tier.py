@@ -15,15 +15,20 @@ Coherence (`read_base`, `write_base`, `rewrite_supercuboid`): under read locks, 
 copies are written back before the base tier is read; under write locks, cached copies are
 written back if dirty and dropped before the base tier is changed, so no stale copy stays
 readable. See docs/design/cache-tier.md.
+Loss: reads and writes first check that the cache Redis carries its checked mark and that none
+of their supercuboids is marked lost (one round trip); a Redis found without its mark is checked
+against its ledger by whoever finds it (`verify`, ndstore/engine/ledger.py). A cached cuboid that
+fails its checksum is dropped and paged in again when it was clean, marked lost when it was dirty.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
@@ -39,15 +44,18 @@ from ndstore.core.chunks import (
     join_supercuboid,
     split_supercuboid,
 )
-from ndstore.core.errors import InvalidBody, StorageError
+from ndstore.core.errors import DamagedInCache, DataLost, InvalidBody, StorageError
 from ndstore.core.geometry import Grid, SupercuboidPart
 from ndstore.core.keys import SupercuboidKey
+from ndstore.core.observe import NULL, Observer
 from ndstore.core.parallel import map_ordered, run_all
 from ndstore.core.plan import PlannedPart
 from ndstore.engine.base_tier import BaseTier
+from ndstore.engine.ledger import NAMES_IN_MESSAGES, LedgerBook, LedgerKeeper, Verdict
 from ndstore.engine.volume import ChannelVolume, Cutout
-from ndstore.storage.interfaces import CuboidCache, RWLocks
+from ndstore.storage.interfaces import CuboidCache, ObjectStore, RWLocks
 
+log = logging.getLogger(__name__)
 Array = npt.NDArray[Any]
 T = TypeVar("T")
 META = -1  # cache field holding "dtype cuboid-shape counts", so the flusher needs no metadata DB
@@ -80,7 +88,8 @@ class Rewrite:
 
 class CacheTier:
     def __init__(self, cache: CuboidCache, base: BaseTier, locks: RWLocks, parallelism: int = 8,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, observer: Observer = NULL):
+        self._observer = observer
         self._cache = cache
         self._base = base
         self._locks = locks
@@ -88,6 +97,8 @@ class CacheTier:
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="cache-tier")
         # Per-cuboid codec work of one supercuboid (blosc releases the GIL: see core.chunks).
         self._codec = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="cache-codec")
+        self.ledger = LedgerKeeper("cache", cache, LedgerBook(base.objects, "cache"), self.ledger_lock("cache"),
+                                   self._drop_all_but, cache.mark_lost, cache.lost, clock, observer)
 
     # -- reads -------------------------------------------------------------------------------
     def read(self, cutout: Cutout) -> Array:
@@ -95,10 +106,15 @@ class CacheTier:
         grid, keys = plan.grid, plan.keys
         names = [k.name for k in keys]
         wanted = {p.key.name: [n for n, _, _ in self._touching(p.part, grid)] for p in plan.parts}
+        self.guard(names)
         blobs = None
         for attempt in range(5):
             # the last try takes write locks on them all: eviction needs those too, so cannot win again
-            blobs = self._read_blobs(keys, wanted, cutout.channel.dtype, grid, exclusive=attempt == 4)
+            try:
+                blobs = self._read_blobs(keys, wanted, cutout.channel.dtype, grid, exclusive=attempt == 4)
+            except DamagedInCache as exc:
+                self._repair(exc)
+                continue
             if blobs is not None:
                 break
         if blobs is None:
@@ -125,6 +141,8 @@ class CacheTier:
                 return None
             fetched = self._fetch([k for k in missing if not resident[k.name]], dtype, grid)
             blobs = self._cache.get_many({n: wanted[n] for n in names if n not in fetched})
+        self._observer.count("cache_reads_total", len(names) - len(fetched), outcome="hit")
+        self._observer.count("cache_reads_total", len(fetched), outcome="miss")
         for name, all_blobs in fetched.items():
             blobs[name] = [all_blobs[i] for i in wanted[name]]
         return blobs
@@ -165,11 +183,19 @@ class CacheTier:
     def write(self, cutout: Cutout, data: Array) -> None:
         if data.shape != cutout.shape or data.dtype != cutout.channel.dtype:
             raise InvalidBody(f"data {data.shape} {data.dtype} does not fit the box {cutout.shape}")
+        self.guard(cutout.plan().names)
+        try:
+            self._write(cutout, data)
+        except DamagedInCache as exc:  # a partly covered cuboid to merge into: dropped, paged in again
+            self._repair(exc)
+            self._write(cutout, data)
+
+    def _write(self, cutout: Cutout, data: Array) -> None:
         plan = cutout.plan()
         grid, keys = plan.grid, plan.keys
         touching = {p.key.name: self._touching(p.part, grid) for p in plan.parts}
         partly = {name: [n for n, cbox, sub in items if sub != cbox] for name, items in touching.items()}
-        with self._locks.write([k.name for k in keys]):
+        with self._ledger_kept() as written_back, self._locks.write([k.name for k in keys]):
             # whether each supercuboid is resident and its partly covered cuboids, in one round
             # trip; one that is not resident is paged in whole first
             old = self._cache.get_if_resident(partly)
@@ -181,8 +207,7 @@ class CacheTier:
                                                       dict(zip(partly[p.key.name], old[p.key.name] or []))),
                     plan.parts)
             if cutout.channel.write_through:
-                for key in keys:
-                    self._flush_locked(key.name)
+                written_back.extend(self._flush_locked(key.name) for key in keys)
 
     def _merge(self, planned: PlannedPart, grid: Grid, src: Array, touching: list[Any],
                old: dict[int, bytes | None]) -> None:
@@ -206,20 +231,20 @@ class CacheTier:
     @contextmanager
     def _consistent(self, names: Sequence[str]) -> Iterator[None]:
         """Read locks on `names`, dirty cached copies written back: the base tier is current."""
-        with self._locks.read(names):
+        with self._ledger_kept() as written_back, self._locks.read(names):
             for name, dirty in zip(names, self._cache.is_dirty(names)):
                 if dirty:
-                    self._flush_locked(name)
+                    written_back.append(self._flush_locked(name))
             yield
 
     @contextmanager
     def exclusive(self, names: Sequence[str]) -> Iterator[None]:
         """Write locks on `names`, cached copies written back if dirty and dropped: the caller may
         change these supercuboids in the base tier, and no one reads or writes them meanwhile."""
-        with self._locks.write(names):
+        with self._ledger_kept() as written_back, self._locks.write(names):
             for name, resident in zip(names, self._cache.resident(names)):
                 if resident:
-                    self._evict_locked(name)
+                    written_back.append(self._evict_locked(name))
             yield
 
     def read_base(self, cutout: Cutout, also: Callable[[Sequence[str]], T]) -> tuple[Array, T]:
@@ -227,6 +252,7 @@ class CacheTier:
         ``also(supercuboid names)`` called under the same read locks: one snapshot that no
         writer of those supercuboids can change in between."""
         names = cutout.plan().names
+        self.guard(names)
         with self._consistent(names):
             return self._base.read(cutout), also(names)
 
@@ -236,6 +262,7 @@ class CacheTier:
 
     def write_base(self, cutout: Cutout, data: Array) -> None:
         """Write straight to the base tier, leaving no cached copy of what it changes."""
+        self.guard(cutout.plan().names)
         with self.exclusive(cutout.plan().names):
             self._base.write_locked(cutout, data)
 
@@ -247,21 +274,45 @@ class CacheTier:
             yield Rewrite(self._base, key)
 
     # -- write-back and eviction: the daemons ---------------------------------------------------
-    def _flush_locked(self, name: str) -> None:
-        """Write one resident supercuboid back to the base tier and mark it clean. The caller
-        holds its read or write lock, so no write can slip in between."""
-        meta = self._cache.get_many({name: [META]})[name][0]
-        if meta is None:
-            self._cache.clear_dirty(name)  # evicted after flushing elsewhere; nothing to write
-            return
-        dtype, grid = _parse_meta(meta)
-        count = int(np.prod(grid.cuboids_per_super))
-        blobs = self._cache.get_all(name, count)
-        if any(b is None for b in blobs):
-            raise StorageError(f"supercuboid {name} is only partly in the cache; not flushed")
+    def _flush_locked(self, name: str) -> bool:
+        """Write one resident supercuboid back to the base tier and mark it clean (True). The
+        caller holds its read or write lock, so no write can slip in between. A dirty supercuboid
+        whose cuboids are gone or damaged is marked lost, never written back as it is (False)."""
+        try:
+            meta = self._cache.get_many({name: [META]})[name][0]
+            if meta is None:
+                raise DamagedInCache(name, "it is marked dirty but its cuboids are gone from the cache Redis")
+            dtype, grid = _parse_meta(meta)
+            count = int(np.prod(grid.cuboids_per_super))
+            blobs = self._cache.get_all(name, count)
+            if any(b is None for b in blobs):
+                raise DamagedInCache(name, "it is marked dirty but some of its cuboids are gone from the cache Redis")
+        except DamagedInCache as exc:
+            self._mark_lost({name: f"{exc} (found {time.strftime('%Y-%m-%d %H:%M:%S')})"})
+            self._cache.clear_dirty(name)
+            return False
         self._base.store(SupercuboidKey.from_name(name),
                          join_supercuboid([b or b"" for b in blobs], dtype, grid.cuboid, grid.cuboids_per_super))
         self._cache.clear_dirty(name)
+        return True
+
+    @contextmanager
+    def _ledger_kept(self) -> Iterator[list[bool]]:
+        """For a write-back outside the flusher's rounds (a direct write or read, a merge, an
+        eviction, a write-through): the caller appends True for each supercuboid it wrote back;
+        on the way out, after the supercuboid locks taken inside are released, the ledger is
+        brought up to date, so a loss of the cache Redis before the next round does not name
+        them lost."""
+        written_back: list[bool] = []
+        try:
+            yield written_back
+        finally:
+            if any(written_back):
+                try:
+                    self.ledger.keep()
+                except StorageError as exc:
+                    log.warning("the cache ledger was not brought up to date after a write-back (the flusher's "
+                                "next round will): %s", exc)
 
     def flush(self, names: Sequence[str]) -> int:
         """Flush the named supercuboids that are still dirty, each under its read lock."""
@@ -288,19 +339,20 @@ class CacheTier:
             total += self.flush(names)
         return total
 
-    def _evict_locked(self, name: str) -> None:
-        """Drop a supercuboid from the cache, flushing it first if dirty; caller holds its write lock."""
-        if self._cache.is_dirty([name])[0]:
-            self._flush_locked(name)
+    def _evict_locked(self, name: str) -> bool:
+        """Drop a supercuboid from the cache, flushing it first if dirty (True when it was
+        written back); caller holds its write lock."""
+        written_back = self._cache.is_dirty([name])[0] and self._flush_locked(name)
         self._cache.evict(name)
+        return written_back
 
     def evict(self, name: str, lock_timeout_s: float) -> bool:
         """Drop one supercuboid from the cache (written back first if dirty) unless its lock is
         busy for longer than `lock_timeout_s` (LockTimeout). False when it was not resident."""
-        with self._locks.write([name], timeout_s=lock_timeout_s):
+        with self._ledger_kept() as written_back, self._locks.write([name], timeout_s=lock_timeout_s):
             if not self._cache.resident([name])[0]:
                 return False
-            self._evict_locked(name)
+            written_back.append(self._evict_locked(name))
             return True
 
     def coldest(self, count: int) -> list[str]:
@@ -314,10 +366,92 @@ class CacheTier:
         """(resident, dirty) supercuboids."""
         return self._cache.count()
 
+    def write_back_lag(self) -> float:
+        """Seconds the longest-dirty supercuboid has waited to be written back (0: none waits)."""
+        oldest = self._cache.oldest_dirty()
+        return 0.0 if oldest is None else max(0.0, self._clock() - oldest)
+
     def purge(self, channel: ChannelVolume) -> int:
         """Delete every voxel of a channel: cached copies (dirty ones too, unflushed), then every
         stored supercuboid. Returns the number of stored supercuboids deleted."""
         for name in self._cache.names_with_prefix(channel.name_prefix):
             with self._locks.write([name]):
                 self._cache.evict(name)
+        self.accept_loss([n for n in self._cache.lost() if n.startswith(channel.name_prefix)])
         return self._base.purge(channel)
+
+    # -- loss: the checked mark, the ledger, lost supercuboids (ndstore/engine/ledger.py) ----------
+    def guard(self, names: Sequence[str]) -> None:
+        """Raise DataLost when one of ``names`` is marked lost. A Redis without its checked mark
+        (it restarted empty, or is another one) is checked against its ledger first."""
+        marked, lost = self._cache.loss_marks(names)
+        if not marked:
+            self.verify()
+            marked, lost = self._cache.loss_marks(names)
+        if lost:
+            raise DataLost(lost_message(lost), sorted(lost))
+
+    def verify(self) -> Verdict | None:
+        """Check the cache Redis against its ledger (ndstore/engine/ledger.py); None: nothing lost."""
+        return self.ledger.verify()
+
+    def keep_ledger(self, final: bool = False) -> None:
+        """The flusher's round (and its stop, `final`): the ledger up to date."""
+        self.ledger.keep(final)
+
+    def _drop_all_but(self, keep: frozenset[str]) -> None:
+        for name in self._cache.names_with_prefix(""):
+            if name not in keep:
+                with self._locks.write([name]):
+                    self._cache.evict(name)
+
+    def ledger_lock(self, what: str) -> Callable[[], AbstractContextManager[None]]:
+        """The lock a ledger is kept under (no supercuboid name has a letter in it)."""
+        return partial(self._locks.write, [f"ledger&{what}"])
+
+    @property
+    def objects(self) -> ObjectStore:
+        """The base tier's object store (where the ledgers are kept)."""
+        return self._base.objects
+
+    def _mark_lost(self, reasons: dict[str, str]) -> None:
+        self._cache.mark_lost(reasons)
+        log.error("lost: %s", "; ".join(f"{n}: {why}" for n, why in reasons.items()))
+        self._observer.count("losses_total", len(reasons), redis="cache")
+
+    def mark_lost(self, reasons: dict[str, str]) -> None:
+        """Refuse these supercuboids until an operator accepts their loss (the NDBlaze buffer
+        lost writes to them); recorded in the ledger at once."""
+        self._cache.mark_lost(reasons)
+        self.ledger.record_refused()
+
+    def lost(self) -> dict[str, str]:
+        """Every supercuboid refused as lost, with why."""
+        return self._cache.lost()
+
+    def accept_loss(self, names: Sequence[str]) -> None:
+        """Serve these supercuboids again, as the base tier (and the cache) now hold them."""
+        if not names:
+            return
+        self._cache.forget_lost(names)
+        self.ledger.record_refused()
+
+    def _repair(self, damage: DamagedInCache) -> None:
+        """A cached copy failed its checksum: a clean one is dropped (the base tier has it), a
+        dirty one is lost."""
+        name = damage.name
+        with self._locks.write([name]):
+            if self._cache.is_dirty([name])[0]:
+                self._mark_lost({name: f"{damage} (found {time.strftime('%Y-%m-%d %H:%M:%S')})"})
+            self._cache.evict(name)
+        self._observer.count("cache_repairs_total", outcome="lost" if self._cache.lost().get(name) else "paged again")
+        self.guard([name])
+
+
+def lost_message(lost: dict[str, str]) -> str:
+    names = sorted(lost)
+    shown = "; ".join(f"{n}: {lost[n]}" for n in names[:NAMES_IN_MESSAGES])
+    more = f" and {len(names) - NAMES_IN_MESSAGES} more" if len(names) > NAMES_IN_MESSAGES else ""
+    return (f"{len(names)} supercuboids of this box lost writes the service had acknowledged ({shown}{more}). "
+            "The service refuses them rather than answer with older data; an operator lists the loss with "
+            "`ndstore recover` and accepts it with `ndstore recover --accept-loss`")

@@ -1,10 +1,16 @@
 """The background daemons of the cache tier: the write-back flusher and the cache manager.
 
 Flusher: every `interval_s`, supercuboids dirty for longer than `age_s` are written back,
-at most `max_in_flight` at once. The cache manager: when Redis uses more than the high
+at most `max_in_flight` at once, and the ledger of what the cache Redis holds unflushed is
+brought up to date (ndstore/engine/ledger.py). The cache manager: when Redis uses more than the high
 watermark, it evicts least-recently-used whole supercuboids (flushing dirty ones first) until
 usage is below the low watermark; it takes each lock with a short timeout and skips busy
 supercuboids, so foreground reads and writes are never stalled behind it.
+
+Both survive any failure: a round that raises is logged and counted
+(`ndstore_daemon_errors_total{daemon, kind}`), and the next one comes after a backoff that grows
+to 30 s and resets on success, so a daemon resumes by itself once a full or read-only store, or
+a Redis that is away, is back.
 """
 
 from __future__ import annotations
@@ -15,20 +21,33 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ndstore.core.errors import LockTimeout, StorageError
+from ndstore.core.errors import LockTimeout, StorageError, StorageFull
+from ndstore.core.observe import NULL, Observer
 from ndstore.engine.cache_tier import CacheTier
 
 log = logging.getLogger(__name__)
+MAX_BACKOFF_S = 30.0
 
 
-def _rounds(run_once: Callable[[], object], interval_s: float, stop: threading.Event, what: str) -> None:
-    """``run_once`` every ``interval_s`` until ``stop``; a round that meets a storage error is
-    skipped (Redis away: restarting, loading its AOF) and the next one retries."""
-    while not stop.wait(interval_s):
+def rounds(run_once: Callable[[], object], interval_s: float, stop: threading.Event, daemon: str,
+           observer: Observer = NULL) -> None:
+    """``run_once`` every ``interval_s`` until ``stop``, whatever it raises: a failed round is
+    logged and counted, and the next waits a backoff (doubling to MAX_BACKOFF_S, reset by a round
+    that succeeds)."""
+    wait = interval_s
+    while not stop.wait(wait):
         try:
             run_once()
-        except StorageError as exc:
-            log.warning("%s round skipped: %s", what, exc)
+        except Exception as exc:  # noqa: BLE001 - a daemon never dies: it reports and tries again
+            observer.count("daemon_errors_total", daemon=daemon, kind=type(exc).__name__)
+            wait = min(MAX_BACKOFF_S, max(interval_s, wait * 2))
+            if isinstance(exc, StorageError):
+                log.warning("%s round failed, next try in %.1fs: %s", daemon, wait, exc)
+            else:
+                log.exception("%s round failed, next try in %.1fs", daemon, wait)
+            continue
+        observer.count("daemon_rounds_total", daemon=daemon)
+        wait = interval_s
 
 
 @dataclass
@@ -37,24 +56,42 @@ class Flusher:
     age_s: float = 5.0
     interval_s: float = 1.0
     max_in_flight: int = 4
+    observer: Observer = NULL
     _pool: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:
         self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="flusher")
 
     def run_once(self, age_s: float | None = None) -> int:
+        """One round: the cache Redis checked against its ledger (nothing is written back from a
+        Redis that came back short), what is due written back, the ledger brought up to date.
+        A round in which every write-back failed on its store (not on a busy lock) raises, so
+        that the loop backs off instead of retrying a full or read-only store every second."""
+        self.tier.ledger.check()
         names = self.tier.due_for_write_back(self.age_s if age_s is None else age_s, self.max_in_flight * 8)
-        return sum(self._pool.map(self._flush_one, names))
+        outcomes = list(self._pool.map(self._flush_one, names))
+        flushed = sum(n for n, _ in outcomes)
+        failures = [exc for _, exc in outcomes if exc is not None]
+        self.tier.keep_ledger()
+        if failures:
+            log.warning("write-back of %d of %d supercuboids postponed: %s", len(failures), len(names), failures[0])
+        store_failures = [exc for exc in failures if not isinstance(exc, LockTimeout)]
+        if names and flushed == 0 and len(store_failures) == len(names):
+            full = all(isinstance(exc, StorageFull) for exc in store_failures)
+            raise (StorageFull if full else StorageError)(f"no supercuboid could be written back: {store_failures[0]}")
+        return flushed
 
-    def _flush_one(self, name: str) -> int:
+    def _flush_one(self, name: str) -> tuple[int, StorageError | None]:
         try:
-            return self.tier.flush([name])
+            flushed = self.tier.flush([name])
         except (LockTimeout, StorageError) as exc:
-            log.warning("flush of %s postponed: %s", name, exc)
-            return 0
+            self.observer.count("flushes_postponed_total", kind=type(exc).__name__)
+            return 0, exc
+        self.observer.count("flushes_total", flushed)
+        return flushed, None
 
     def run(self, stop: threading.Event) -> None:
-        _rounds(self.run_once, self.interval_s, stop, "write-back")
+        rounds(self.run_once, self.interval_s, stop, "flusher", self.observer)
 
 
 @dataclass
@@ -65,10 +102,12 @@ class CacheManager:
     interval_s: float = 1.0
     batch: int = 16
     lock_timeout_s: float = 0.2
+    observer: Observer = NULL
 
     def run_once(self) -> int:
         if self.tier.memory_used() <= self.high_bytes:
             return 0
+        self.tier.ledger.check()  # eviction writes dirty supercuboids back: not from a Redis that came back short
         evicted = 0
         while self.tier.memory_used() > self.low_bytes:
             names = self.tier.coldest(self.batch)
@@ -80,10 +119,12 @@ class CacheManager:
 
     def _evict(self, name: str) -> int:
         try:
-            return int(self.tier.evict(name, self.lock_timeout_s))
+            evicted = int(self.tier.evict(name, self.lock_timeout_s))
         except (LockTimeout, StorageError) as exc:
             log.info("eviction of %s skipped: %s", name, exc)
-        return 0
+            return 0
+        self.observer.count("evictions_total", evicted)
+        return evicted
 
     def run(self, stop: threading.Event) -> None:
-        _rounds(self.run_once, self.interval_s, stop, "eviction")
+        rounds(self.run_once, self.interval_s, stop, "cache-manager", self.observer)

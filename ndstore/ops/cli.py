@@ -1,6 +1,7 @@
 """The `ndstore` commands that run the service or work on its data in place: `up` (the local
-stack), `daemons`, `blaze` (merge, merger, status), `runner`, `token`, and `downsample` (through
-the service's queues, or on Spark against a stack's data dir)."""
+stack), `daemons`, `blaze` (merge, merger, status), `runner`, `token`, `recover` (what a Redis
+lost), `reindex` (the supercuboid index rebuilt from the object store), and `downsample`
+(through the service's queues, or on Spark against a stack's data dir)."""
 
 from __future__ import annotations
 
@@ -55,10 +56,14 @@ def commands() -> None:
 @click.option("--demo/--no-demo", default=False, help="Create the demo dataset if it is missing.")
 @click.option("--s3-endpoint", default=None, help="Keep supercuboids in S3 at this endpoint instead of the data dir.")
 @click.option("--dynamodb-endpoint", default=None, help="Keep the supercuboid index in DynamoDB at this endpoint.")
+@click.option("-v", "--verbose", count=True, help="-v: the libraries' logs too; -vv: debug logs.")
 def up(data_dir: Path, host: str, port: int, workers: int, threads: int, demo: bool,
-       s3_endpoint: str | None, dynamodb_endpoint: str | None) -> None:
+       s3_endpoint: str | None, dynamodb_endpoint: str | None, verbose: int) -> None:
     """Run the whole local stack in the foreground until Ctrl-C."""
     extra = {"NDSTORE_DEMO": "1" if demo else "0"}
+    if verbose:
+        extra.update(NDSTORE_LIBRARY_LOG_LEVEL="INFO" if verbose == 1 else "DEBUG",
+                     NDSTORE_LOG_LEVEL="INFO" if verbose == 1 else "DEBUG")
     if s3_endpoint:
         extra.update(NDSTORE_OBJECT_STORE="s3", NDSTORE_S3_ENDPOINT_URL=s3_endpoint)
     if dynamodb_endpoint:
@@ -73,6 +78,9 @@ def up(data_dir: Path, host: str, port: int, workers: int, threads: int, demo: b
     token = os.environ.get("NDSTORE_ADMIN_TOKEN") or _admin_token_file(stack.data_dir).read_text().strip()
     click.echo(f"\nNDStore is up at {stack.url}  (data in {stack.data_dir})")
     click.echo(f"admin token: {token}")
+    click.echo("running: gunicorn (web), 2 redis-servers (cache and locks; NDBlaze), the write-back daemons, the "
+               f"NDBlaze merger (Spark, log: {stack.log_dir / 'merger.log'}), the ingest runner")
+    click.echo(f"health: {stack.url}/healthz   metrics (staff token): {stack.url}/metrics")
     if demo:
         click.echo(f"demo: {stack.url}/v1/cutout/demo/em/image/0/0:512/0:512/0:16/")
     click.echo("Ctrl-C stops it.")
@@ -172,11 +180,46 @@ def runner(workers: int | None) -> None:
 @commands.command()
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
               help="The data dir of a local stack (default: NDSTORE_DATA_DIR or ./.ndstore).")
+def reindex(data_dir: Path | None) -> None:
+    """Rebuild the supercuboid index from the object store's self-describing keys (after the
+    index was lost or restored from an older copy); bounding boxes, downsampling and deleting
+    channels are served again once it is done."""
+    _stack_env(data_dir)
+    if data_dir is not None:
+        os.environ["NDSTORE_DATA_DIR"] = str(data_dir.resolve())
+    from ndstore.engine.index_check import reindex as rebuild
+    from ndstore.wiring import services
+
+    svc = services()
+    count = rebuild(svc.objects, svc.index)
+    click.echo(f"indexed {count} stored supercuboids; the index is no longer marked stale")
+
+
+@commands.command()
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              help="The data dir of a local stack (default: NDSTORE_DATA_DIR or ./.ndstore).")
+@click.option("--accept-loss", is_flag=True, help="Serve the lost supercuboids again, as the base tier holds them.")
+@click.option("--channel", default=None, help="Only this collection/experiment/channel.")
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+def recover(data_dir: Path | None, accept_loss: bool, channel: str | None, as_json: bool) -> None:
+    """List the supercuboids refused because a Redis lost writes it had acknowledged (the cache
+    Redis or the NDBlaze buffer came back empty or short), and accept the loss."""
+    _stack_env(data_dir)
+    _django(data_dir)
+    from django.core.management import call_command
+
+    call_command("ndstore_recover", accept_loss=accept_loss, channel=channel, json=as_json)
+
+
+@commands.command()
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              help="The data dir of a local stack (default: NDSTORE_DATA_DIR or ./.ndstore).")
 @click.option("--user", "username", required=True, help="Create the user if it does not exist.")
 @click.option("--staff", is_flag=True, help="Make the user a resource manager (may create collections).")
 @click.option("--label", default="", help="A note stored with the token.")
 def token(data_dir: Path | None, username: str, staff: bool, label: str) -> None:
     """Mint an API token for a user and print it (it is stored only hashed)."""
+    _stack_env(data_dir)  # the stack's own Redis (the metadata generation lives there), not the defaults
     _django(data_dir)
     from django.core.management import call_command
 

@@ -13,13 +13,14 @@ from functools import partial
 from blaze.daemon import MergeDaemon
 from blaze.merge import MergeResult
 from blaze.spark_job import merge_round, spark_session
+from ndstore.logs import configure as configure_logs
 from ndstore.wiring import merger_for, services
 
 log = logging.getLogger("ndstore.daemons")
 
 
 def _stop_on_signals() -> threading.Event:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logs()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda _s, _f: stop.set())
@@ -39,6 +40,7 @@ def run_daemons() -> int:
     for w in workers:
         w.join(timeout=60)
     flushed = svc.cache_tier.flush_all()
+    svc.cache_tier.keep_ledger(final=True)
     log.info("stopped; wrote back %d dirty supercuboids", flushed)
     return 0
 
@@ -54,15 +56,17 @@ def merge_now(master: str | None = None) -> MergeResult:
 
 
 def run_merger() -> int:
-    stop = _stop_on_signals()
+    configure_logs()
     svc = services()
     c = svc.config
     spark = spark_session(c.spark_master)
+    stop = _stop_on_signals()  # after Spark's own SIGINT handler, which would raise anywhere
     make_merger = partial(merger_for, c)
     daemon = MergeDaemon(svc.blaze_buffer, svc.merge_requests, svc.merger_presence,
                          lambda: merge_round(spark, svc.blaze_buffer, make_merger),
                          c.blaze_merge_interval_s, c.blaze_merge_backlog_bytes,
-                         identity={"master": c.spark_master, "pid": os.getpid()})
+                         identity={"master": c.spark_master, "pid": os.getpid()}, observer=svc.metrics,
+                         ledger=svc.blaze_ledger)
     log.info("NDBlaze merger on %s: every %.0fs or past %d pending bytes", c.spark_master,
              c.blaze_merge_interval_s, c.blaze_merge_backlog_bytes)
     try:

@@ -5,7 +5,8 @@ arrived (BlazeBuffer), on-demand merge requests (MergeRequests) and the merger's
 Keys (see docs/design/blaze.md):
   blz:seq              the last sequence number handed out (INCR: monotonic across processes)
   blz:blob:<seq>       hash: h = header JSON, n = body parts, size = body bytes,
-                       refs = supercuboids still to merge it, at = arrival (ms)
+                       refs = supercuboids still to merge it, at = arrival (ms),
+                       x = xxh3-64 of the body (checked on every read: damage is DataCorrupt)
   blz:blob:<seq>:<i>   string: part i of the body (64 MiB each). Strings, not hash fields:
                        Redis stores a SET's value as it arrived but copies an HSET's.
   blz:sc:<name>        sorted set of the seqs of pending blobs touching supercuboid <name>
@@ -13,6 +14,9 @@ Keys (see docs/design/blaze.md):
   blz:bytes            body bytes pending (the back-pressure counter); blz:count, blobs pending
   blz:merge:requests   list of on-demand merge requests; blz:merge:status hash id -> JSON
   blz:merger           the live merger's announcement (expires without heartbeats)
+  blz:epoch            the mark of the run whose holdings were checked against the ledger
+                       (ndstore/engine/ledger.py): no write is taken and no pending blob read
+                       without it (RedisUnverified)
 An append is one MULTI: the body goes to fresh keys, then a Lua script checks the limit,
 takes a sequence number, renames the blob's keys to carry it, and indexes it under every
 supercuboid it touches; so a blob is either wholly pending or absent, never half-indexed.
@@ -28,9 +32,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
+import xxhash
 
-from ndstore.core.errors import BufferFull, StorageError
-from ndstore.storage.interfaces import BufferStats, PendingBlob
+from ndstore.core.errors import BufferFull, DataCorrupt, RedisUnverified, StorageError
+from ndstore.storage.interfaces import BufferStats, Held, PendingBlob
 
 T = TypeVar("T")
 
@@ -40,9 +45,11 @@ SEQ_DIGITS = 16
 _APPEND = """
 local size, parts = tonumber(ARGV[1]), tonumber(ARGV[3])
 local pending = tonumber(redis.call('GET', KEYS[3]) or '0')
-if pending > 0 and pending + size > tonumber(ARGV[2]) then
+local unchecked = redis.call('EXISTS', 'blz:epoch') == 0
+if unchecked or (pending > 0 and pending + size > tonumber(ARGV[2])) then
   redis.call('DEL', KEYS[1])
   for i = 0, parts - 1 do redis.call('DEL', KEYS[1] .. ':' .. i) end
+  if unchecked then return -2 end
   return -1
 end
 local seq = redis.call('INCR', KEYS[2])
@@ -83,6 +90,20 @@ return released
 """
 
 
+_HELD = """
+local out = {}
+for _, name in ipairs(redis.call('ZRANGE', 'blz:pending', 0, -1)) do
+  local newest = redis.call('ZRANGE', 'blz:sc:' .. name, -1, -1)
+  if #newest > 0 then out[#out + 1] = name; out[#out + 1] = newest[1] end
+end
+return {redis.call('GET', 'blz:epoch'), redis.call('GET', 'blz:seq'), out}"""
+_START = """
+redis.call('SET', 'blz:epoch', ARGV[1])
+if tonumber(redis.call('GET', 'blz:seq') or '0') < tonumber(ARGV[2]) then redis.call('SET', 'blz:seq', ARGV[2]) end
+return 1"""
+UNCHECKED = "the NDBlaze buffer's Redis has not been checked against its ledger since it started"
+
+
 def blob_key(seq: int) -> str:
     return f"blz:blob:{seq:0{SEQ_DIGITS}d}"
 
@@ -104,6 +125,8 @@ class RedisBlazeBuffer:
         self.max_pending_bytes = max_pending_bytes
         self._append = client.register_script(_APPEND)
         self._release = client.register_script(_RELEASE)
+        self._held = client.register_script(_HELD)
+        self._start = client.register_script(_START)
 
     # -- the write path ----------------------------------------------------------------------
     def append(self, header: bytes, body: bytes, names: Sequence[str]) -> int:
@@ -113,7 +136,7 @@ class RedisBlazeBuffer:
         view = memoryview(body)
         parts = [view[i:i + PART_BYTES] for i in range(0, len(body), PART_BYTES)] or [view]
         pipe = self.client.pipeline(transaction=True)
-        pipe.hset(tmp, mapping={"h": header, "n": len(parts)})
+        pipe.hset(tmp, mapping={"h": header, "n": len(parts), "x": xxhash.xxh3_64_digest(body)})
         pipe.pexpire(tmp, 3_600_000)  # an orphan of a failed transaction does not stay for ever
         for i, part in enumerate(parts):
             pipe.set(f"{tmp}:{i}", part, px=3_600_000)
@@ -128,6 +151,8 @@ class RedisBlazeBuffer:
             if "OOM" in str(exc):
                 raise BufferFull("the NDBlaze buffer's Redis is out of memory; retry after the next merge") from None
             raise StorageError(f"the NDBlaze buffer refused the write: {exc}") from exc
+        if seq == -2:
+            raise RedisUnverified(f"{UNCHECKED}; the write was not stored: retry it")
         if seq < 0:
             raise BufferFull(f"the NDBlaze buffer holds more than {self.max_pending_bytes} bytes awaiting merge; "
                              "retry after the next merge")
@@ -136,11 +161,16 @@ class RedisBlazeBuffer:
     # -- the read and merge paths ------------------------------------------------------------
     @_storage_errors
     def pending_seqs(self, names: Sequence[str]) -> dict[str, list[int]]:
-        """The pending seqs of each name, ascending, read as one atomic snapshot."""
+        """The pending seqs of each name, ascending, read as one atomic snapshot; RedisUnverified
+        from a Redis whose holdings were not checked (what it holds may be older than the ledger)."""
         pipe = self.client.pipeline(transaction=True)
+        pipe.exists("blz:epoch")
         for name in names:
             pipe.zrange(f"blz:sc:{name}", 0, -1)
-        return {name: [int(s) for s in seqs] for name, seqs in zip(names, pipe.execute())}
+        checked, *replies = pipe.execute()
+        if not checked:
+            raise RedisUnverified(UNCHECKED)
+        return {name: [int(s) for s in seqs] for name, seqs in zip(names, replies)}
 
     @_storage_errors
     def blobs(self, seqs: Sequence[int]) -> list[PendingBlob]:
@@ -148,11 +178,11 @@ class RedisBlazeBuffer:
         ordered = sorted(seqs)
         pipe = self.client.pipeline(transaction=False)
         for seq in ordered:
-            pipe.hmget(blob_key(seq), "h", "n")
+            pipe.hmget(blob_key(seq), "h", "n", "x")
             pipe.get(f"{blob_key(seq)}:0")
         replies = pipe.execute()
         out = []
-        for seq, (header, parts), first in zip(ordered, replies[0::2], replies[1::2]):
+        for seq, (header, parts, digest), first in zip(ordered, replies[0::2], replies[1::2]):
             if header is None or first is None:
                 continue  # merged and deleted since the snapshot
             body = first
@@ -162,6 +192,9 @@ class RedisBlazeBuffer:
                 if any(r is None for r in rest):
                     continue
                 body = b"".join([first, *(r for r in rest if r is not None)])
+            if digest is not None and xxhash.xxh3_64_digest(body) != digest:
+                raise DataCorrupt(f"NDBlaze write {seq} is damaged in the buffer's Redis (its body does not match its "
+                                  "checksum); it stays pending, unapplied")
             out.append(PendingBlob(seq, header, body))
         return out
 
@@ -192,6 +225,32 @@ class RedisBlazeBuffer:
             at = self.client.hget(blob_key(first), "at")
             age = max(0.0, secs + micros / 1e6 - int(at) / 1000) if at else None
         return BufferStats(int(raw_bytes or 0), int(blobs or 0), int(names), age)
+
+    # -- what it holds unflushed (ndstore/engine/ledger.py) -----------------------------------
+    @_storage_errors
+    def held(self) -> Held:
+        epoch, seq, pairs = self._held(keys=[], args=[])
+        return Held(epoch.decode() if epoch else None, int(seq or 0),
+                    {pairs[i].decode(): int(pairs[i + 1]) for i in range(0, len(pairs), 2)})
+
+    @_storage_errors
+    def start_epoch(self, epoch: str, seq: int) -> None:
+        self._start(keys=[], args=[epoch, seq])
+
+    @_storage_errors
+    def clear_epoch(self) -> None:
+        self.client.delete("blz:epoch")
+
+    @_storage_errors
+    def drop_all_but(self, keep: frozenset[str]) -> int:
+        """Release every pending blob of every supercuboid not in ``keep`` (a Redis that came
+        back short: they are older than what the base tier has). Returns how many."""
+        dropped = 0
+        for name in self.pending_names():
+            if name not in keep:
+                seqs: list[bytes] = self.client.zrange(f"blz:sc:{name}", 0, -1)  # type: ignore[assignment]
+                dropped += self.release(name, [int(s) for s in seqs])
+        return dropped
 
     def _first_seq(self, name: str) -> int | None:
         first: list[bytes] = self.client.zrange(f"blz:sc:{name}", 0, 0)  # type: ignore[assignment]

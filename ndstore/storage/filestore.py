@@ -2,16 +2,20 @@
 
 Each object is one file, written to a temporary name, fsynced and renamed, so a reader sees
 the old object or the new one, never a torn one, and a power cut keeps what was acknowledged.
+A full disk is StorageFull (507), a read-only or failing one StorageError (503): callers retry,
+and nothing half written stays behind.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ndstore.core.errors import StorageError, StorageFull
 from ndstore.core.parallel import map_completed, run_all
 
 
@@ -37,11 +41,27 @@ class FileObjectStore:
             return self._path(key).read_bytes()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise self._failure("read", key, exc) from exc
 
     def put_many(self, items: Mapping[str, bytes]) -> None:
         run_all(self._pool, lambda k: self._put(k, items[k]), items)
 
     def _put(self, key: str, data: bytes) -> None:
+        try:
+            self._write(key, data)
+        except OSError as exc:
+            raise self._failure("write", key, exc) from exc
+
+    def _failure(self, action: str, key: str, exc: OSError) -> StorageError:
+        what = f"the object store at {self.root} could not {action} {key}: {exc.strerror or exc}"
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return StorageFull(f"{what}; it is full: nothing was stored, retry once there is room")
+        if exc.errno == errno.EROFS:
+            return StorageError(f"{what}; it is read-only: retry once it is writable")
+        return StorageError(what)
+
+    def _write(self, key: str, data: bytes) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
@@ -58,7 +78,10 @@ class FileObjectStore:
 
     def delete_many(self, keys: Sequence[str]) -> None:
         for key in keys:
-            self._path(key).unlink(missing_ok=True)
+            try:
+                self._path(key).unlink(missing_ok=True)
+            except OSError as exc:
+                raise self._failure("delete", key, exc) from exc
 
     def list_keys(self, prefix: str = "") -> Iterator[str]:
         for path in self.root.glob("*/*"):

@@ -32,6 +32,9 @@ class ObjectStore(Protocol):
     def delete_many(self, keys: Sequence[str]) -> None:
         """Delete keys; missing keys are not an error."""
 
+    def list_keys(self, prefix: str = "") -> Iterator[str]:
+        """Every key starting with ``prefix``, in no particular order."""
+
 
 class SupercuboidIndex(Protocol):
     """Which supercuboids are stored: one entry per object, by volume and Morton code."""
@@ -69,7 +72,29 @@ class RWLocks(ExclusiveLocks, Protocol):
         """Read locks on some names and write locks on others, held together."""
 
 
-class CuboidCache(Protocol):
+@dataclass(frozen=True)
+class Held:
+    """A Redis's own account of the writes it holds that the base tier does not have yet, read
+    in one atomic step (see ndstore/engine/ledger.py)."""
+
+    epoch: str | None  # the mark of its run, set once its holdings were checked; None: never checked
+    seq: int  # writes numbered so far
+    unflushed: dict[str, int]  # supercuboid name -> seq of its newest write not yet in the base tier
+
+
+class Holdings(Protocol):
+    """What a Redis that holds acknowledged writes says about them."""
+
+    def held(self) -> Held: ...
+
+    def start_epoch(self, epoch: str, seq: int) -> None:
+        """Mark the holdings checked under ``epoch``; the next write is numbered past ``seq``."""
+
+    def clear_epoch(self) -> None:
+        """Remove the mark: writes are refused (RedisUnverified) until it is set again."""
+
+
+class CuboidCache(Holdings, Protocol):
     """Cuboid blobs of resident supercuboids by name, with an LRU index and a dirty set.
     Callers hold the supercuboid's lock; the cache only stores."""
 
@@ -87,6 +112,9 @@ class CuboidCache(Protocol):
 
     def dirty_before(self, when: float, limit: int) -> list[str]: ...
 
+    def oldest_dirty(self) -> float | None:
+        """When the longest-dirty supercuboid became dirty (None: nothing is dirty)."""
+
     def is_dirty(self, names: Sequence[str]) -> list[bool]: ...
 
     def clear_dirty(self, name: str) -> None: ...
@@ -100,6 +128,16 @@ class CuboidCache(Protocol):
     def used_memory(self) -> int: ...
 
     def count(self) -> tuple[int, int]: ...
+
+    def loss_marks(self, names: Sequence[str]) -> tuple[bool, dict[str, str]]:
+        """(whether the epoch mark is there, why each of ``names`` that is marked lost was lost)."""
+
+    def mark_lost(self, reasons: Mapping[str, str]) -> None: ...
+
+    def lost(self) -> dict[str, str]:
+        """Every supercuboid marked lost, with why."""
+
+    def forget_lost(self, names: Sequence[str]) -> None: ...
 
 
 # -- work queues (ingest and downsample tasks) ------------------------------------------------
@@ -277,9 +315,12 @@ class BufferStats:
         return dict(self.__dict__)
 
 
-class BlazeBuffer(Protocol):
+class BlazeBuffer(Holdings, Protocol):
     """Pending NDBlaze writes, stored as they arrived, indexed by every supercuboid they touch,
     in one total order (the sequence number)."""
+
+    def drop_all_but(self, keep: frozenset[str]) -> int:
+        """Release every pending blob of every supercuboid not in ``keep``; returns how many."""
 
     def append(self, header: bytes, body: bytes, names: Sequence[str]) -> int:
         """Store one body under every supercuboid name; returns its sequence number. Raises

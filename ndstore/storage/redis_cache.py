@@ -4,8 +4,13 @@
   ndc:index    sorted set: N -> last access time (s); which supercuboids are resident
   ndc:dirty    sorted set: N -> time it first became dirty; what the flusher must write back
   ndc:{N}:new  hash: a supercuboid's new cuboids while a put of many is under way (see `put`)
+  {ndc:dirty}:seq    the writes numbered so far; {ndc:dirty}:seqs hash N -> seq of its newest
+                     unflushed write; {ndc:dirty}:epoch the mark of the run whose holdings were
+                     checked; {ndc:dirty}:lost hash N -> why it was lost (ndstore/engine/ledger.py)
 N is a supercuboid's name (its volume partition and Morton code); the braces make it the hash
-tag, so on Redis Cluster a supercuboid's cuboids live on one node. Callers hold the
+tag, so on Redis Cluster a supercuboid's cuboids live on one node, and the loss bookkeeping with
+the dirty set. Every cuboid blob is stored with its xxh3-64 digest (field `#<number>`), checked on
+every read: damaged bytes are refused (DamagedInCache), never decoded. Callers hold the
 supercuboid's lock; this adapter only stores.
 """
 
@@ -15,22 +20,83 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis
+import xxhash
 from redis.cluster import RedisCluster
 
-from ndstore.core.errors import StorageError
+from ndstore.core.errors import DamagedInCache, RedisUnverified, StorageError
+from ndstore.storage.interfaces import Held
 
 INDEX = "ndc:index"
 DIRTY = "ndc:dirty"
+SEQ = "{ndc:dirty}:seq"  # the {ndc:dirty} tag puts these in DIRTY's slot: one script may touch all
+SEQS = "{ndc:dirty}:seqs"
+EPOCH = "{ndc:dirty}:epoch"
+LOST = "{ndc:dirty}:lost"
+UNVERIFIED = "UNVERIFIED"
 # Redis appends each write command to its AOF buffer, which grows by at most 1 MiB at a time: a
 # 16 MiB HSET of a whole supercuboid is copied over and over (measured: 250 MB/s). Commands of
 # 8 cuboids (about 2 MiB) went at about 1 GB/s.
 FIELDS_PER_COMMAND = 8
-# Start a staging hash empty, or as a copy of the stored one when the new fields do not replace
-# all of it. COPY runs in Redis, and the AOF records the command, not the 16 MiB it copies.
+# Start a staging hash empty, or as a copy of the stored one when it has fields the new ones do
+# not replace. COPY runs in Redis, and the AOF records the command, not the 16 MiB it copies.
+# KEYS: the hash, its staging hash; ARGV: the fields about to be written.
 _STAGE = """
 redis.call('DEL', KEYS[2])
-if redis.call('HLEN', KEYS[1]) > tonumber(ARGV[1]) then redis.call('COPY', KEYS[1], KEYS[2]) end
+local new = {}
+for i = 1, #ARGV do new[ARGV[i]] = true end
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if not new[f] then redis.call('COPY', KEYS[1], KEYS[2]) return 1 end
+end
 return 1"""
+# Store one supercuboid's new cuboids (or rename its staged hash over it) and mark it resident,
+# and dirty with a fresh seq: all or nothing, and only in a Redis whose holdings were checked.
+# KEYS: its hash, its staging hash, INDEX, DIRTY, SEQ, SEQS, EPOCH; ARGV: name, now, dirty,
+# staged, then field, value pairs.
+_COMMIT = """
+if redis.call('EXISTS', KEYS[7]) == 0 then return redis.error_reply('UNVERIFIED') end
+if ARGV[4] == '1' then redis.call('RENAME', KEYS[2], KEYS[1]) end
+if #ARGV > 4 then redis.call('HSET', KEYS[1], unpack(ARGV, 5)) end
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+if ARGV[3] == '1' then
+  redis.call('ZADD', KEYS[4], 'NX', ARGV[2], ARGV[1])
+  redis.call('HSET', KEYS[6], ARGV[1], redis.call('INCR', KEYS[5]))
+end
+return 1"""
+# On a Cluster the hash lives on another node: only the dirty mark and its seq here (KEYS: DIRTY,
+# SEQ, SEQS, EPOCH; ARGV: name, now).
+_MARK = """
+if redis.call('EXISTS', KEYS[4]) == 0 then return redis.error_reply('UNVERIFIED') end
+redis.call('ZADD', KEYS[1], 'NX', ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], redis.call('INCR', KEYS[2]))
+return 1"""
+_CLEAN = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+return 1"""
+_HELD = """
+return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3])}"""
+_START = """
+redis.call('SET', KEYS[1], ARGV[1])
+if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
+return 1"""
+
+
+def digest_field(number: int | str) -> str:
+    return f"#{number}"
+
+
+def _digest(blob: bytes) -> bytes:
+    return xxhash.xxh3_64_digest(blob)
+
+
+def _checked(name: str, numbers: Sequence[int], reply: list[bytes | None]) -> list[bytes | None]:
+    """The blobs of an HMGET of ``numbers`` then their digests; a blob whose digest is stored
+    and differs is damage (a missing digest is a blob stored before digests were)."""
+    count = len(numbers)
+    for number, blob, digest in zip(numbers, reply[:count], reply[count:]):
+        if blob is not None and digest is not None and _digest(blob) != digest:
+            raise DamagedInCache(name, f"cuboid {number} does not match its checksum")
+    return reply[:count]
 
 
 def _hash(name: str) -> str:
@@ -41,11 +107,21 @@ def _staging(name: str) -> str:
     return f"ndc:{{{name}}}:new"
 
 
+def _fields(numbers: Sequence[int]) -> list[str]:
+    """The cuboids' fields then their digests' fields."""
+    return [str(n) for n in numbers] + [digest_field(n) for n in numbers]
+
+
 class RedisCuboidCache:
     def __init__(self, client: redis.Redis):
         self._redis = client
         self._cluster = isinstance(client, RedisCluster)
         self._stage = client.register_script(_STAGE)
+        self._commit = client.register_script(_COMMIT)
+        self._mark = client.register_script(_MARK)
+        self._clean = client.register_script(_CLEAN)
+        self._held = client.register_script(_HELD)
+        self._start = client.register_script(_START)
 
     def resident(self, names: Sequence[str]) -> list[bool]:
         if not names:
@@ -57,9 +133,9 @@ class RedisCuboidCache:
         """HMGET the given cuboid numbers of each supercuboid, in one round trip."""
         pipe = self._redis.pipeline(transaction=False)
         for name, numbers in wanted.items():
-            pipe.hmget(_hash(name), [str(n) for n in numbers])
+            pipe.hmget(_hash(name), _fields(numbers))
         replies = self._do(pipe.execute)
-        return dict(zip(wanted, replies))
+        return {name: _checked(name, numbers, reply) for (name, numbers), reply in zip(wanted.items(), replies)}
 
     def get_if_resident(self, wanted: Mapping[str, Sequence[int]]) -> dict[str, list[bytes | None] | None]:
         """The given cuboids of each supercuboid that is resident, None for one that is not; one
@@ -68,9 +144,9 @@ class RedisCuboidCache:
         pipe.zmscore(INDEX, list(wanted))
         asked = [name for name, numbers in wanted.items() if numbers]
         for name in asked:
-            pipe.hmget(_hash(name), [str(n) for n in wanted[name]])
+            pipe.hmget(_hash(name), _fields(wanted[name]))
         scores, *replies = self._do(pipe.execute)
-        blobs = dict(zip(asked, replies))
+        blobs = {name: _checked(name, wanted[name], reply) for name, reply in zip(asked, replies)}
         return {name: (blobs.get(name, []) if score is not None else None) for name, score in zip(wanted, scores)}
 
     def get_all(self, name: str, count: int) -> list[bytes | None]:
@@ -81,34 +157,32 @@ class RedisCuboidCache:
         nothing: a writer that dies half way (SIGKILL, a lost connection) leaves the old cuboids,
         never some of each. Up to FIELDS_PER_COMMAND blobs go in one HSET; more are written into
         a staging hash (a copy of the stored one unless they replace all of it) at pipeline speed
-        and renamed over it. That HSET or RENAME runs in one MULTI with the marks (a MULTI of
-        every HSET would be atomic too, but Redis then buffers 16 MiB of AOF at once: 3x slower).
-        On a Cluster a MULTI holds one slot's keys: the supercuboid is marked dirty before it
+        and renamed over it. That HSET or RENAME runs in one script with the marks (one script of
+        every HSET would be atomic too, but Redis then buffers 16 MiB of AOF at once: 3x slower),
+        which refuses (RedisUnverified) in a Redis whose holdings were not checked.
+        On a Cluster a script holds one slot's keys: the supercuboid is marked dirty before it
         changes (a writer dying then leaves it unchanged, written back as it is) and resident after."""
-        main, items = _hash(name), [(str(n), b) for n, b in blobs.items()]
+        main = _hash(name)
+        items = [(str(n), b) for n, b in blobs.items()]
+        sums = [(digest_field(n), _digest(b)) for n, b in blobs.items()]
         staged = len(items) > FIELDS_PER_COMMAND
         if staged:
-            self._do(lambda: self._stage(keys=[main, _staging(name)], args=[len(items)]))
+            self._do(lambda: self._stage(keys=[main, _staging(name)], args=[f for f, _ in items + sums]))
             pipe = self._redis.pipeline(transaction=False)
             for i in range(0, len(items), FIELDS_PER_COMMAND):
-                pipe.hset(_staging(name), mapping=dict(items[i:i + FIELDS_PER_COMMAND]))
+                batch = slice(i, i + FIELDS_PER_COMMAND)
+                pipe.hset(_staging(name), mapping=dict(items[batch] + sums[batch]))
             self._do(pipe.execute)
         if self._cluster:
             if dirty:
-                self._do(lambda: self._redis.zadd(DIRTY, {name: now}, nx=True))
+                self._do(lambda: self._mark(keys=[DIRTY, SEQ, SEQS, EPOCH], args=[name, now]))
             self._do(lambda: self._redis.rename(_staging(name), main) if staged
-                     else self._redis.hset(main, mapping=dict(items)))
+                     else self._redis.hset(main, mapping=dict(items + sums)))
             self._do(lambda: self._redis.zadd(INDEX, {name: now}))
             return
-        commit = self._redis.pipeline(transaction=True)
-        if staged:
-            commit.rename(_staging(name), main)
-        else:
-            commit.hset(main, mapping=dict(items))
-        commit.zadd(INDEX, {name: now})
-        if dirty:
-            commit.zadd(DIRTY, {name: now}, nx=True)
-        self._do(commit.execute)
+        pairs = [] if staged else [v for field, blob in items + sums for v in (field, blob)]
+        self._do(lambda: self._commit(keys=[main, _staging(name), INDEX, DIRTY, SEQ, SEQS, EPOCH],
+                                      args=[name, now, int(dirty), int(staged), *pairs]))
 
     def touch(self, names: Sequence[str], now: float) -> None:
         if names:
@@ -118,13 +192,17 @@ class RedisCuboidCache:
         names = self._do(lambda: self._redis.zrangebyscore(DIRTY, "-inf", when, start=0, num=limit))
         return [n.decode() for n in names]
 
+    def oldest_dirty(self) -> float | None:
+        first = self._do(lambda: self._redis.zrange(DIRTY, 0, 0, withscores=True))
+        return float(first[0][1]) if first else None
+
     def is_dirty(self, names: Sequence[str]) -> list[bool]:
         if not names:
             return []
         return [s is not None for s in self._do(lambda: self._redis.zmscore(DIRTY, list(names)))]
 
     def clear_dirty(self, name: str) -> None:
-        self._do(lambda: self._redis.zrem(DIRTY, name))
+        self._do(lambda: self._clean(keys=[DIRTY, SEQS], args=[name]))
 
     def evict(self, name: str) -> None:
         pipe = self._redis.pipeline(transaction=False)
@@ -132,6 +210,7 @@ class RedisCuboidCache:
         pipe.delete(_staging(name))  # what a writer that died half way left staged
         pipe.zrem(INDEX, name)
         pipe.zrem(DIRTY, name)
+        pipe.hdel(SEQS, name)
         self._do(pipe.execute)
 
     def names_with_prefix(self, prefix: str) -> list[str]:
@@ -155,9 +234,46 @@ class RedisCuboidCache:
         """(resident, dirty) supercuboid counts."""
         return self._do(lambda: self._redis.zcard(INDEX)), self._do(lambda: self._redis.zcard(DIRTY))
 
+    # -- what it holds unflushed, and what was lost (ndstore/engine/ledger.py) ----------------
+    def held(self) -> Held:
+        epoch, seq, pairs = self._do(lambda: self._held(keys=[EPOCH, SEQ, SEQS]))
+        return Held(epoch.decode() if epoch else None, int(seq or 0),
+                    {pairs[i].decode(): int(pairs[i + 1]) for i in range(0, len(pairs), 2)})
+
+    def start_epoch(self, epoch: str, seq: int) -> None:
+        self._do(lambda: self._start(keys=[EPOCH, SEQ], args=[epoch, seq]))
+
+    def clear_epoch(self) -> None:
+        self._do(lambda: self._redis.delete(EPOCH))
+
+    def loss_marks(self, names: Sequence[str]) -> tuple[bool, dict[str, str]]:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.exists(EPOCH)
+        if names:
+            pipe.hmget(LOST, list(names))
+        marked, *why = self._do(pipe.execute)
+        return bool(marked), {n: w.decode() for n, w in zip(names, why[0] if why else []) if w is not None}
+
+    def mark_lost(self, reasons: Mapping[str, str]) -> None:
+        if reasons:
+            self._do(lambda: self._redis.hset(LOST, mapping=dict(reasons)))  # type: ignore[arg-type]
+
+    def lost(self) -> dict[str, str]:
+        raw: dict[bytes, bytes] = self._do(lambda: self._redis.hgetall(LOST))
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    def forget_lost(self, names: Sequence[str]) -> None:
+        if names:
+            self._do(lambda: self._redis.hdel(LOST, *names))
+
     @staticmethod
     def _do(fn: Callable[[], Any]) -> Any:
         try:
             return fn()
+        except redis.ResponseError as exc:
+            if str(exc).startswith(UNVERIFIED):
+                raise RedisUnverified("the cache Redis has not been checked against its ledger since it started; "
+                                      "nothing is stored in it until it is (retry shortly)") from exc
+            raise StorageError(f"cache tier unavailable: {exc}") from exc
         except redis.RedisError as exc:
             raise StorageError(f"cache tier unavailable: {exc}") from exc

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from blaze.merge import Merger
-from blaze.tier import BlazeTier
+from blaze.tier import BlazeTier, buffer_ledger
 from ndstore import wiring
 from ndstore.config import Config
 from ndstore.engine.base_tier import BaseTier
@@ -39,7 +39,9 @@ def make_blaze(root: Path, redis_url: str, blaze_url: str, max_pending_bytes: in
     cache_tier = make_cache_tier(root, redis_url)
     client = redis_client.connect(blaze_url)
     buffer = RedisBlazeBuffer(client, max_pending_bytes)
-    return Blaze(buffer, BlazeTier(buffer, CoherentDirect(cache_tier)), Merger(buffer, cache_tier), cache_tier,
+    ledger = buffer_ledger(buffer, cache_tier)
+    ledger.verify()  # as the service's start does
+    return Blaze(buffer, BlazeTier(buffer, CoherentDirect(cache_tier), ledger), Merger(buffer, cache_tier), cache_tier,
                  cache_tier._base, RedisMergeRequests(client), RedisMergerPresence(client))
 
 
@@ -63,5 +65,6 @@ def wired(tmp_path: Path, redis_url: str, blaze_redis_url: str, monkeypatch: pyt
     for name, value in settings.items():
         monkeypatch.setenv(name, value)  # for `ndstore blaze merge` run in a process of its own
     svc = wiring.build(Config.from_env(settings))
+    svc.blaze_ledger.verify()  # as the service's start does
     return Blaze(svc.blaze_buffer, svc.blaze, svc.merger, svc.cache_tier, svc.cache_tier._base, svc.merge_requests,
                  svc.merger_presence, svc.config)

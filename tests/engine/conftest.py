@@ -27,7 +27,9 @@ def make_cache_tier(root: Path, redis_url: str) -> CacheTier:
     index.ensure_ready()
     locks = RedisRWLocks(redis_client.connect(redis_url), timeout_s=30)
     base = BaseTier(objects, index, locks)
-    return CacheTier(RedisCuboidCache(redis_client.connect(redis_url)), base, locks)
+    tier = CacheTier(RedisCuboidCache(redis_client.connect(redis_url)), base, locks)
+    tier.verify()  # as the service's start does: the Redis checked against its ledger, its run marked
+    return tier
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-from ndstore.core.errors import BufferFull, StorageError
-from ndstore.storage.blaze_buffer import RedisBlazeBuffer, RedisMergeRequests, RedisMergerPresence
+from ndstore.core.errors import BufferFull, DataCorrupt, RedisUnverified, StorageError
+from ndstore.storage.blaze_buffer import RedisBlazeBuffer, RedisMergeRequests, RedisMergerPresence, blob_key
 from ndstore.storage.interfaces import BlazeBuffer, MergeRequests, MergerPresence
 
 
@@ -27,7 +27,9 @@ class Ports:
 def redis_ports(url: str, limit: int) -> Ports:
     client = redis.Redis.from_url(url)
     client.flushdb()
-    return Ports(RedisBlazeBuffer(client, limit), RedisMergeRequests(client), RedisMergerPresence(client))
+    buffer = RedisBlazeBuffer(client, limit)
+    buffer.start_epoch("run-1", 0)  # a checked run (ndstore/engine/ledger.py)
+    return Ports(buffer, RedisMergeRequests(client), RedisMergerPresence(client))
 
 
 IMPLEMENTATIONS: dict[str, Callable[[str, int], Ports]] = {"redis": redis_ports}
@@ -105,3 +107,45 @@ def test_every_call_on_a_buffer_whose_redis_is_away_is_a_storage_error() -> None
     for call in calls:
         with pytest.raises(StorageError):
             call()
+
+
+def test_held_names_the_newest_pending_seq_of_each_supercuboid(ports: Ports) -> None:
+    b = ports.buffer
+    first = b.append(b"h1", b"one", ["a", "b"])
+    second = b.append(b"h2", b"two", ["b"])
+    held = b.held()
+    assert (held.epoch, held.seq, held.unflushed) == ("run-1", second, {"a": first, "b": second})
+    b.release("b", [first, second])
+    assert b.held().unflushed == {"a": first}
+
+
+def test_without_the_mark_of_a_checked_run_nothing_is_stored_or_read(ports: Ports) -> None:
+    b = ports.buffer
+    seq = b.append(b"h", b"body", ["a"])
+    b.clear_epoch()
+    with pytest.raises(RedisUnverified):
+        b.append(b"h", b"more", ["a"])
+    with pytest.raises(RedisUnverified):
+        b.pending_seqs(["a"])
+    assert b.held().epoch is None and b.held().unflushed == {"a": seq}  # the refused write left nothing
+    b.start_epoch("run-2", 100)
+    assert b.append(b"h", b"again", ["a"]) == 101  # numbered past what the ledger knew
+    assert b.held().epoch == "run-2"
+
+
+def test_drop_all_but_releases_every_other_supercuboids_blobs(ports: Ports) -> None:
+    b = ports.buffer
+    shared = b.append(b"h", b"one", ["a", "b"])
+    b.append(b"h", b"two", ["c"])
+    assert b.drop_all_but(frozenset({"a"})) == 2
+    assert b.pending_names() == ["a"] and [p.seq for p in b.blobs([shared])] == [shared]
+    assert b.stats().blobs == 1
+
+
+def test_a_body_damaged_in_the_buffer_is_refused_never_returned(ports: Ports, blaze_redis_url: str) -> None:
+    b = ports.buffer
+    seq = b.append(b"h", b"the body as it arrived", ["a"])
+    client = redis.Redis.from_url(blaze_redis_url)
+    client.setrange(f"{blob_key(seq)}:0", 4, b"X")  # a flipped byte, as a damaged AOF would load it
+    with pytest.raises(DataCorrupt, match=f"write {seq} is damaged"):
+        b.blobs([seq])

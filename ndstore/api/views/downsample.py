@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ndstore.api import audit, auth, lookups
 from ndstore.api.models import Channel, DownsampleJob
+from ndstore.api.schema import errors
 from ndstore.core.errors import Conflict
 from ndstore.engine.downsample import DownsampleJob as RunSpec
 from ndstore.wiring import services
@@ -64,12 +68,46 @@ def describe(chan: Channel) -> dict[str, Any]:
     return body
 
 
+def _per_level(child: serializers.Field, what: str, required: bool = True) -> serializers.DictField:
+    return serializers.DictField(child=child, required=required,
+                                 help_text=f'{what}, by resolution level: {{"0": ..., "1": ...}}')
+
+
+def _xyz(number: serializers.Field) -> serializers.ListField:
+    return serializers.ListField(child=number, min_length=3, max_length=3)
+
+
+HIERARCHY = inline_serializer("Hierarchy", {
+    "num_hierarchy_levels": serializers.IntegerField(),
+    "cuboid_size": _per_level(_xyz(serializers.IntegerField()), "[x, y, z] voxels of a cuboid"),
+    "extent": _per_level(_xyz(serializers.IntegerField()), "[x, y, z] voxels of the level"),
+    "voxel_size": _per_level(_xyz(serializers.FloatField()), "[x, y, z] voxel size, in the coordinate frame's unit"),
+    "status": serializers.ChoiceField(choices=["NOT_DOWNSAMPLED", "IN_PROGRESS", "DOWNSAMPLED", "FAILED"]),
+    "job": inline_serializer("DownsampleJob", {
+        "id": serializers.IntegerField(),
+        "state": serializers.ChoiceField(choices=DownsampleJob.STATES),
+        "created": serializers.DateTimeField(), "finished": serializers.DateTimeField(allow_null=True),
+        "levels": _per_level(inline_serializer("LevelProgress", {
+            name: serializers.IntegerField() for name in ("total", "done", "failed")}),
+            "tasks of each level (while the build runs)", required=False),
+        "queue": inline_serializer("QueueDepth", {"waiting": serializers.IntegerField(),
+                                                  "in_flight": serializers.IntegerField()},
+                                   required=False, help_text="while the build runs"),
+    }, required=False, help_text="the latest build, if any"),
+})
+
+
 class DownsampleView(APIView):
+    @extend_schema(summary="The channel's resolution hierarchy and its build",
+                   responses={200: HIERARCHY, **errors(401, 403, 404, 429, 503)})
     def get(self, request: Any, collection: str, experiment: str, channel: str) -> Response:
         coll, exp, chan = lookups.channel_path(collection, experiment, channel)
         auth.require(request.user, auth.READ, coll, exp, chan)
         return Response(describe(chan))
 
+    @extend_schema(summary="Build every level from the base", description="Needs admin on the channel.",
+                   request=None, responses={201: HIERARCHY, **errors(401, 403, 404, 409, 503, meanings={
+                       409: "a build of the channel is in progress"})})
     def post(self, request: Any, collection: str, experiment: str, channel: str) -> Response:
         coll, exp, chan = lookups.channel_path(collection, experiment, channel)
         auth.require(request.user, auth.ADMIN, coll, exp, chan)
@@ -77,13 +115,18 @@ class DownsampleView(APIView):
         if current is not None and current.state == "IN_PROGRESS" and _refresh(current)["state"] == "IN_PROGRESS":
             raise Conflict(f"a downsample of {collection}/{experiment}/{channel} is in progress (job {current.id}); "
                            "DELETE it first to start over")
+        services().index.require_fresh()  # the build lists each level's stored supercuboids
         audit.record(request, action="start", channel=f"{collection}/{experiment}/{channel}")
-        job = DownsampleJob.objects.create(channel=chan, creator=request.user)
-        chan.downsample_status = "IN_PROGRESS"
-        chan.save(update_fields=["downsample_status"])
-        services().downsample_runs.start(_spec(job))
+        with transaction.atomic():  # a build that could not start leaves no job in progress behind
+            job = DownsampleJob.objects.create(channel=chan, creator=request.user)
+            chan.downsample_status = "IN_PROGRESS"
+            chan.save(update_fields=["downsample_status"])
+            services().downsample_runs.start(_spec(job))
         return Response(describe(chan), status=201)
 
+    @extend_schema(summary="Cancel the build in progress", request=None,
+                   responses={204: OpenApiResponse(None, description="cancelled"), **errors(
+                       401, 403, 404, 409, 503, meanings={409: "no build of the channel is in progress"})})
     def delete(self, request: Any, collection: str, experiment: str, channel: str) -> Response:
         coll, exp, chan = lookups.channel_path(collection, experiment, channel)
         auth.require(request.user, auth.ADMIN, coll, exp, chan)

@@ -1,9 +1,12 @@
-"""`django-admin ndstore_prepare`: migrate, create the storage, ensure the admin and its token,
-and load the demo dataset when NDSTORE_DEMO=1. Run by `ndstore up` before the web service."""
+"""`django-admin ndstore_prepare`: migrate, create the storage, check both Redis servers against
+their ledgers (what they lost is refused and said) and the supercuboid index against the object
+store (sampled), ensure the admin and its token, and load the demo dataset when NDSTORE_DEMO=1.
+Run by `ndstore up` (and the compose and AWS prepare tasks) before the web service."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,8 @@ from django.core.management.base import BaseCommand
 
 from ndstore.api.demo import create_demo
 from ndstore.api.models import ApiToken, hash_token
-from ndstore.wiring import services
+from ndstore.engine import index_check
+from ndstore.wiring import Services, services
 
 
 class Command(BaseCommand):
@@ -21,10 +25,36 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", verbosity=0, interactive=False)
-        data_dir = services().config.data_dir  # building the services creates bucket and index
-        admin = ensure_admin(data_dir)
+        svc = services()  # building the services creates bucket and index
+        check_for_loss(svc, self.stderr.write)
+        check_index(svc, self.stderr.write)
+        admin = ensure_admin(svc.config.data_dir)
         if os.environ.get("NDSTORE_DEMO") == "1" and create_demo(admin):
             self.stdout.write("demo dataset created: demo/em/image and demo/em/labels")
+
+
+def check_for_loss(svc: Services, say: Callable[[str], object]) -> None:
+    """Both Redis servers checked against their ledgers before anything is served: what they lost
+    is refused, and said here."""
+    for what, verify in (("cache", svc.cache_tier.verify), ("NDBlaze", svc.blaze_ledger.verify)):
+        verdict = verify()
+        if verdict is not None:
+            say(f"LOSS: {verdict.report(what)}")
+    lost = svc.cache_tier.lost()
+    if lost:
+        say(f"{len(lost)} supercuboids are refused as lost (503): `ndstore recover` lists them and accepts the loss")
+
+
+def check_index(svc: Services, say: Callable[[str], object]) -> None:
+    """A sample of the stored supercuboids looked up in the index: one missing, and listing them
+    is refused until `ndstore reindex` (ndstore/engine/index_check.py)."""
+    result = index_check.check(svc.objects, svc.index)
+    if result.stale:
+        say(f"INDEX STALE: {len(result.missing)} of {result.sampled} sampled stored supercuboids have no index entry "
+            "(the index was lost or is older than the objects); bounding boxes, downsampling and deleting channels "
+            "are refused (503) until `ndstore reindex` rebuilds it")
+    elif index_check.stale_mark(svc.objects) is not None:
+        say("INDEX STALE (marked earlier): `ndstore reindex` rebuilds it")
 
 
 def ensure_admin(data_dir: Path) -> Any:
