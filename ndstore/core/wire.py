@@ -10,6 +10,7 @@ always decodes: what NDBlaze acknowledges, its merge can apply.
 from __future__ import annotations
 
 import io
+import tokenize
 import zlib
 from typing import Any, ClassVar, Protocol
 
@@ -205,8 +206,10 @@ def _npy_header(raw: bytes, shape: tuple[int, ...], dtype: np.dtype) -> tuple[in
         if reader is None:
             raise ValueError(f"format version {version[0]}.{version[1]} is not supported (1.0 and 2.0 are)")
         header_shape, fortran_order, header_dtype = reader(stream)
-    except ValueError as exc:
-        raise InvalidBody(f"npygz body is not a .npy array: {exc}") from None
+    except (ValueError, TypeError, SyntaxError, tokenize.TokenError, RecursionError) as exc:
+        # numpy parses the header dict with ast.literal_eval (no code runs), and old headers
+        # through tokenize: each refuses a hostile header with its own exception
+        raise InvalidBody(f"npygz body is not a .npy array: {type(exc).__name__}: {exc}"[:500]) from None
     if header_dtype != dtype:
         raise InvalidBody(f"body has dtype {header_dtype}, the channel stores {dtype}")
     if tuple(header_shape) != shape:

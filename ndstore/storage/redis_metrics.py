@@ -1,8 +1,9 @@
 """Counters and histograms shared by every process of the service, in one Redis hash.
 
-Each process adds into its own memory (no round trip on the hot path) and a thread of its own
-adds that into the hash `nd:metrics` every `flush_s` (HINCRBYFLOAT, so processes on any node
-add up). `/metrics` reads the hash: web workers, daemons, the merger and the ingest runner are
+Each process adds into its own memory (no round trip on the hot path) and one thread per
+process adds that into the hash `nd:metrics` every FLUSH_S (HINCRBYFLOAT, so processes on any
+node add up); it holds the recorders weakly, so services built again (tests, a reconfigured
+process) leave no thread behind. `/metrics` reads the hash: web workers, daemons, the merger and the ingest runner are
 all in it, wherever they run. A process that dies loses at most its last `flush_s` of counts; a
 Redis that is away keeps them waiting in memory until it is back. Never raises into its callers.
 """
@@ -11,7 +12,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
+import time
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +27,7 @@ from ndstore.core.observe import BUCKETS
 log = logging.getLogger(__name__)
 KEY = "nd:metrics"
 SEP = "\x1f"
+FLUSH_S = 1.0
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -46,13 +51,12 @@ class Snapshot:
 
 
 class RedisMetrics:
-    def __init__(self, client: redis.Redis, flush_s: float = 1.0):
+    def __init__(self, client: redis.Redis):
         self.client = client
-        self.flush_s = flush_s
         self._pending: defaultdict[str, float] = defaultdict(float)
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
         self._failing = False
+        _flusher.add(self)
 
     # -- recording (the Observer port) -----------------------------------------------------------
     def count(self, name: str, value: float = 1, **labels: str) -> None:
@@ -67,9 +71,6 @@ class RedisMetrics:
     def _add(self, key: str, value: float) -> None:
         with self._lock:
             self._pending[key] += value
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._flush_forever, name="metrics", daemon=True)
-                self._thread.start()
 
     # -- flushing -----------------------------------------------------------------------------
     def flush(self) -> bool:
@@ -94,11 +95,6 @@ class RedisMetrics:
                     self._pending[key] += value
             return False
 
-    def _flush_forever(self) -> None:
-        stop = threading.Event()
-        while not stop.wait(self.flush_s):
-            self.flush()
-
     # -- reading (for /metrics) ---------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         """Everything every process has flushed. Raises StorageError-free redis errors to the caller."""
@@ -122,6 +118,46 @@ class RedisMetrics:
         with self._lock:
             self._pending.clear()
         self.client.delete(KEY)
+
+
+class _Flusher:
+    """The process's one flushing thread, started with the first recorder."""
+
+    def __init__(self) -> None:
+        self.recorders: weakref.WeakSet[RedisMetrics] = weakref.WeakSet()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def add(self, recorder: RedisMetrics) -> None:
+        with self.lock:
+            self.recorders.add(recorder)
+            if self.thread is None or not self.thread.is_alive():  # (a fork keeps no threads)
+                self.thread = threading.Thread(target=self.run, name="metrics", daemon=True)
+                self.thread.start()
+
+    def run(self) -> None:
+        while True:
+            time.sleep(FLUSH_S)
+            with self.lock:
+                recorders = list(self.recorders)
+            for recorder in recorders:
+                recorder.flush()
+            del recorders
+
+
+    def after_fork(self) -> None:
+        """A forked child (a gunicorn worker of a preloaded app) has no threads: it starts its
+        own, and what the parent counted before the fork is the parent's to flush."""
+        self.lock = threading.Lock()
+        self.thread = None
+        for recorder in list(self.recorders):
+            recorder._lock = threading.Lock()
+            recorder._pending = defaultdict(float)
+            self.add(recorder)
+
+
+_flusher = _Flusher()
+os.register_at_fork(after_in_child=_flusher.after_fork)
 
 
 def labels_of(raw: str) -> dict[str, Any]:

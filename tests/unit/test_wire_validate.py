@@ -61,3 +61,14 @@ def test_npygz_cut_anywhere_is_refused(cut: int) -> None:
     body = fmt.encode(np.random.default_rng(1).integers(0, 255, (8, 256, 256), dtype=np.uint8))
     with pytest.raises(InvalidBody):
         fmt.validate(body[:-cut], (8, 256, 256), np.dtype("uint8"))
+
+
+@pytest.mark.parametrize("shape_text", ["\u00b0: " * 30, "(" * 5000, "1e999999", "{}", "__import__('os')"])
+def test_npygz_with_a_hostile_header_dict_is_refused(shape_text: str) -> None:
+    """numpy parses the header with ast.literal_eval, old ones through tokenize; each raises its
+    own exception for a hostile header (the fuzzer found a TokenError that became a 500)."""
+    header = ("{'descr': '|u1', 'fortran_order': False, 'shape': " + shape_text).encode("latin1")
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    npy = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + b"\0" * 1800
+    with pytest.raises(InvalidBody, match=r"\.npy"):
+        wire.FORMATS["application/npygz"].validate(zlib.compress(npy), SHAPE, np.dtype("uint8"))
