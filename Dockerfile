@@ -22,9 +22,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYSPARK_PYTHON=/usr/local/bin/python \
     NDSTORE_NEUROGLANCER_DIR=/app/neuroglancer
 
-# A JRE for Spark: the merger's driver (pyspark runs its JVM), the master, workers and executors.
+# A JRE for Spark: the merger's driver (pyspark runs its JVM), the master, workers and executors;
+# nginx, the web node's front (`ndstore serve`: slow clients cost it a socket, not a worker).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless nginx-light \
     && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --create-home --uid 10001 ndstore \
@@ -46,4 +47,6 @@ RUN pip install --no-cache-dir --no-deps -e .
 
 USER 10001:10001
 EXPOSE 8000
-CMD ["gunicorn", "-c", "deploy/gunicorn.conf.py", "--bind", "0.0.0.0:8000"]
+# nginx on 8000 reads whole requests and takes whole responses (with timeouts) for gunicorn, which
+# listens on a Unix socket under $NDSTORE_DATA_DIR/front (ndstore/ops/front.py).
+CMD ["ndstore", "serve", "--bind", "0.0.0.0:8000"]

@@ -43,14 +43,19 @@ lint: venv
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
-# redis-server and a JRE (for pyspark) come from apt when the machine lacks them.
+# redis-server, a JRE (for pyspark) and nginx (the web service's front) come from apt when the
+# machine lacks them. A policy-rc.d keeps apt from starting nginx as a service (it would listen on
+# 0.0.0.0:80); one already there is left alone.
 system-deps:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="$$missing nginx-light"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
-		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; \
+		guard=""; [ -e /usr/sbin/policy-rc.d ] || { guard=1; printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null; $(SUDO) chmod +x /usr/sbin/policy-rc.d; }; \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
+		status=$$?; [ -z "$$guard" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$status; \
 	fi
 
 # Debian's Chromium, for the headless end-to-end test of the landing page and Neuroglancer.
@@ -60,18 +65,12 @@ browser:
 		--no-install-recommends chromium; }
 
 # For tests/deploy/test_static.py: docker-compose validates docker-compose.yml (`config` needs no
-# engine), nginx checks deploy/nginx.conf (`nginx -t`). A policy-rc.d keeps apt from starting
-# nginx as a service (it would listen on 0.0.0.0:80); one already there is left alone.
-deploy-tools:
-	@missing=""; \
-	command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || missing="$$missing docker-compose"; \
-	command -v nginx >/dev/null || missing="$$missing nginx-light"; \
-	if [ -n "$$missing" ]; then \
-		echo "installing:$$missing"; \
-		guard=""; [ -e /usr/sbin/policy-rc.d ] || { guard=1; printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null; $(SUDO) chmod +x /usr/sbin/policy-rc.d; }; \
-		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
-		status=$$?; [ -z "$$guard" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$status; \
-	fi
+# engine); nginx (from system-deps) checks deploy/nginx.conf (`nginx -t`).
+deploy-tools: system-deps
+	@command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || { \
+		echo "installing: docker-compose"; \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+		--no-install-recommends docker-compose; }
 
 # Neuroglancer's static build in .neuroglancer/, served at /neuroglancer/ (built from npm with
 # Vite once; installs nodejs/npm from apt when missing). See deploy/neuroglancer/.

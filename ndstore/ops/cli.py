@@ -78,13 +78,30 @@ def up(data_dir: Path, host: str, port: int, workers: int, threads: int, demo: b
     token = os.environ.get("NDSTORE_ADMIN_TOKEN") or _admin_token_file(stack.data_dir).read_text().strip()
     click.echo(f"\nNDStore is up at {stack.url}  (data in {stack.data_dir})")
     click.echo(f"admin token: {token}")
-    click.echo("running: gunicorn (web), 2 redis-servers (cache and locks; NDBlaze), the write-back daemons, the "
-               f"NDBlaze merger (Spark, log: {stack.log_dir / 'merger.log'}), the ingest runner")
+    click.echo("running: nginx + gunicorn (web), 2 redis-servers (cache and locks; NDBlaze), the write-back daemons, "
+               f"the NDBlaze merger (Spark, log: {stack.log_dir / 'merger.log'}), the ingest runner")
     click.echo(f"health: {stack.url}/healthz   metrics (staff token): {stack.url}/metrics")
     if demo:
         click.echo(f"demo: {stack.url}/v1/cutout/demo/em/image/0/0:512/0:512/0:16/")
     click.echo("Ctrl-C stops it.")
     sys.exit(stack.wait())
+
+
+@commands.command()
+@click.option("--bind", default=lambda: os.environ.get("NDSTORE_BIND", "127.0.0.1:8000"), show_default="127.0.0.1:8000",
+              help="host:port of the front (nginx); gunicorn listens on a private Unix socket behind it.")
+@click.option("--workers", type=int, default=lambda: int(os.environ.get("NDSTORE_WEB_WORKERS", "2")),
+              show_default="NDSTORE_WEB_WORKERS or 2", help="gunicorn worker processes")
+@click.option("--threads", type=int, default=lambda: int(os.environ.get("NDSTORE_WEB_THREADS", "4")),
+              show_default="NDSTORE_WEB_THREADS or 4", help="threads per worker")
+def serve(bind: str, workers: int, threads: int) -> None:
+    """Run one web node (the image's command): nginx on --bind buffering whole requests and
+    responses, gunicorn behind it. Settings come from NDSTORE_*; see docs/deployment.md."""
+    from ndstore.ops.front import serve as serve_node
+
+    host, _, port = bind.rpartition(":")
+    state = Path(os.environ.get("NDSTORE_DATA_DIR", ".ndstore")) / "front"
+    sys.exit(serve_node(host or "0.0.0.0", int(port), workers, threads, state))  # noqa: S104 - as asked
 
 
 @commands.command()

@@ -6,7 +6,8 @@ admin token, optionally loads the demo dataset, then runs the cache tier's daemo
 cache manager), the NDBlaze merger (a Spark driver in local mode), the ingest pipeline's runner
 (its queues, tile store and job state under the data dir, unless NDSTORE_INGEST_ENDPOINT_URL names
 an S3/SQS/DynamoDB endpoint) and
-gunicorn until interrupted. Everything binds to 127.0.0.1 by default.
+the web service (nginx in front of gunicorn: ndstore.ops.front) until interrupted. Everything binds
+to 127.0.0.1 by default.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import redis
 
+from ndstore.ops.front import Front
 from ndstore.storage.blaze_buffer import RedisMergerPresence
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,6 +87,7 @@ class LocalStack:
     extra_env: dict[str, str] = field(default_factory=dict)
     with_merger: bool = True  # tests of other parts leave the Spark driver out
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    front: Front | None = None
 
     @property
     def url(self) -> str:
@@ -154,8 +157,11 @@ class LocalStack:
             if out:
                 out.close()
         self.procs.append(subprocess.Popen([sys.executable, "-m", "lambdas.runner"], env=env, cwd=ROOT))
-        self.procs.append(self._gunicorn(env))
-        wait_until(self._web_ready, f"web service at {self.url}", timeout=60)
+        self.front = Front(self.data_dir / "front", self.host, self.port, env)
+        self.procs.append(self.front.start_gunicorn(env, self.workers, self.threads))
+        wait_until(self._web_ready, "the web service (gunicorn)", timeout=60)
+        self.procs.append(self.front.start_nginx())
+        wait_until(self._front_ready, f"the web service's front (nginx) at {self.url}", timeout=30)
         # The merger's JVM takes seconds of both cores to boot; a caller that starts measuring or
         # writing before it is up would share the machine with that boot.
         if self.with_merger:
@@ -175,14 +181,16 @@ class LocalStack:
         pending = int(env.get("NDSTORE_BLAZE_MAX_PENDING_BYTES", str(4 << 30)))
         return ("--maxmemory", str(pending + (1 << 30)), "--maxmemory-policy", "noeviction")
 
-    def _gunicorn(self, env: dict[str, str]) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"),
-               "--bind", f"{self.host}:{self.port}", "--workers", str(self.workers), "--threads", str(self.threads)]
-        return subprocess.Popen(cmd, env=env, cwd=ROOT)
-
     def _web_ready(self) -> bool:
         if any(p.poll() is not None for p in self.procs):
             raise RuntimeError("a service of the local stack exited during start-up")
+        assert self.front is not None
+        return self.front.gunicorn_ready()
+
+    def _front_ready(self) -> bool:
+        if any(p.poll() is not None for p in self.procs):
+            raise RuntimeError("a service of the local stack exited during start-up (the front's log: "
+                               f"{self.data_dir / 'front' / 'error.log'})")
         with socket.create_connection((self.host, self.port), timeout=1):
             return True
 
@@ -203,8 +211,8 @@ class LocalStack:
         return 0 if stop["signal"] else 1
 
     def stop(self) -> None:
-        """Stop in reverse order of start, each fully before the next: gunicorn first (no new
-        writes), then the ingest runner and the merger (each finishes its batch or round), the
+        """Stop in reverse order of start, each fully before the next: nginx and gunicorn first (no
+        new writes), then the ingest runner and the merger (each finishes its batch or round), the
         daemons (which write back everything dirty), then the Redis servers."""
         for proc in reversed(self.procs):
             if proc.poll() is None:

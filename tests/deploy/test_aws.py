@@ -516,7 +516,7 @@ def test_each_routed_service_runs_gunicorn_on_the_target_port_with_its_role() ->
         task = res[props["TaskDefinition"]["Ref"]]["Properties"]
         for lb in props.get("LoadBalancers", []):
             (container,) = [c for c in task["ContainerDefinitions"] if c["Name"] == lb["ContainerName"]]
-            assert "Command" not in container  # the image's CMD: gunicorn on 0.0.0.0:8000
+            assert "Command" not in container  # the image's CMD: its front on 0.0.0.0:8000, gunicorn behind
             assert container["PortMappings"][0]["ContainerPort"] == lb["ContainerPort"] == 8000
             assert res[lb["TargetGroupArn"]["Ref"]]["Properties"]["Port"] == 8000
             role = task["TaskRoleArn"]["Fn::GetAtt"][0]

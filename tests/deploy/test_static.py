@@ -78,15 +78,15 @@ def test_dockerfile_parses_into_known_instructions() -> None:
     assert ("EXPOSE", "8000") in instructions
 
 
-def test_dockerfile_runs_gunicorn_as_non_root() -> None:
+def test_dockerfile_runs_the_front_and_gunicorn_as_non_root() -> None:
     instructions = dockerfile_instructions()
     users = [args for word, args in instructions if word == "USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     cmds = [args for word, args in instructions if word == "CMD"]
     assert len(cmds) == 1
-    cmd = json.loads(cmds[0])  # exec form: signals reach gunicorn, not a shell
-    assert cmd[0] == "gunicorn" and "deploy/gunicorn.conf.py" in cmd
-    assert "0.0.0.0:8000" in cmd
+    cmd = json.loads(cmds[0])  # exec form: signals reach `ndstore serve`, not a shell
+    assert cmd[:2] == ["ndstore", "serve"] and "0.0.0.0:8000" in cmd  # nginx on 8000, gunicorn behind it
+    assert any(word == "RUN" and "nginx-light" in args for word, args in instructions)
     # the user is switched after every install step
     last_user = max(i for i, (word, _) in enumerate(instructions) if word == "USER")
     assert all(word != "RUN" for word, _ in instructions[last_user:])
@@ -174,7 +174,7 @@ def test_compose_web_nodes_run_the_service(compose: dict[str, Any]) -> None:
     for name in WEB_NODES:
         svc = s[name]
         assert svc["build"] == "." and svc["image"] == "ndstore:local", name
-        assert "command" not in svc, name  # the image's CMD: gunicorn on 0.0.0.0:8000
+        assert "command" not in svc, name  # the image's CMD: its front on 0.0.0.0:8000, gunicorn behind
         assert svc["depends_on"]["migrate"]["condition"] == "service_completed_successfully", name
         env = svc["environment"]
         for setting in ("NDSTORE_OBJECT_STORE", "NDSTORE_INDEX", "NDSTORE_REDIS_URL", "NDSTORE_BLAZE_REDIS_URL",

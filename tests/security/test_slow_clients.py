@@ -1,0 +1,161 @@
+"""A slow or stalled client costs a socket in the front, never a web worker (issue 21).
+
+One `ndstore up` stack with a single gunicorn worker of two threads: before the front, eight
+connections sending half a request line took every thread until they closed. Here dozens of
+attackers, anonymous and with no valid token, hold connections open in every way a client can
+(an unfinished request line, unfinished headers, a body trickled a byte at a time, a large
+response never read) while a normal client's requests are answered at once; then the front drops
+the stalled ones after its timeouts.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from ndstore.ops.localstack import LocalStack, free_port
+
+HEADER_TIMEOUT_S = 2
+BODY_TIMEOUT_S = 2
+CONNECTIONS_PER_CLIENT = 48
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    local = LocalStack(tmp_path_factory.mktemp("slow-clients"), port=free_port(), workers=1, threads=2,
+                       with_merger=False, extra_env={
+                           "NDSTORE_FRONT_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+                           "NDSTORE_FRONT_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
+                           "NDSTORE_FRONT_CONNECTIONS_PER_CLIENT": str(CONNECTIONS_PER_CLIENT),
+                           "NDSTORE_ANON_READ_RATE": "0", "NDSTORE_DEMO": "0"})
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="module")
+def token(stack: LocalStack) -> str:
+    return (stack.data_dir / "admin_token").read_text().strip()
+
+
+@pytest.fixture(scope="module")
+def public_channel(stack: LocalStack, token: str) -> str:
+    """A public uint8 channel of 512 x 512 x 64 voxels: its whole box is a 16 MiB raw response."""
+    s = requests.Session()
+    s.headers["Authorization"] = f"Token {token}"
+    url = f"{stack.url}/v1"
+    for path, body in ((f"{url}/coord/slow_f/", {"x_stop": 512, "y_stop": 512, "z_stop": 64}),
+                       (f"{url}/collection/slow/", {"public": True}),
+                       (f"{url}/collection/slow/experiment/e/", {"coord_frame": "slow_f", "num_hierarchy_levels": 1,
+                                                                 "public": True}),
+                       (f"{url}/collection/slow/experiment/e/channel/c/", {"datatype": "uint8", "public": True})):
+        r = s.post(path, json=body, timeout=10)
+        assert r.status_code == 201, (path, r.status_code, r.text)
+    return f"{url}/cutout/slow/e/c/0/0:512/0:512/0:64/"
+
+
+def _connect(stack: LocalStack) -> socket.socket:
+    return socket.create_connection((stack.host, stack.port), timeout=5)
+
+
+def _stall(stack: LocalStack, public_channel: str) -> list[socket.socket]:
+    """Forty connections, each holding on to the service in its own way."""
+    path = public_channel.split(str(stack.port), 1)[1]
+    held = []
+    for _ in range(10):  # half a request line
+        s = _connect(stack)
+        s.sendall(b"GET /v1/collection/ HT")
+        held.append(s)
+    for _ in range(10):  # a request line and some headers, never the blank line that ends them
+        s = _connect(stack)
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAccept: application/octet-stream\r\n".encode())
+        held.append(s)
+    for _ in range(10):  # a body promised at 64 MiB and trickled
+        s = _connect(stack)
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+                  f"Content-Length: {64 << 20}\r\n\r\n".encode() + b"\0")
+        held.append(s)
+    for _ in range(10):  # a 16 MiB response asked for and never read
+        s = _connect(stack)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAccept: application/octet-stream\r\n\r\n".encode())
+        held.append(s)
+    return held
+
+
+def test_stalled_connections_do_not_block_a_normal_request(stack: LocalStack, token: str,
+                                                           public_channel: str) -> None:
+    held = _stall(stack, public_channel)
+    try:
+        time.sleep(0.5)  # the unread responses are under way
+        for _ in range(5):
+            started = time.monotonic()
+            r = requests.get(f"{stack.url}/v1/collection/", headers={"Authorization": f"Token {token}"}, timeout=10)
+            assert r.status_code == 200 and "slow" in r.json()["collections"]
+            assert time.monotonic() - started < 2, "a normal request waited behind stalled clients"
+        started = time.monotonic()
+        r = requests.get(public_channel.replace("0:512/0:512/0:64", "0:64/0:64/0:8"),
+                         headers={"Accept": "application/octet-stream"}, timeout=10)
+        assert r.status_code == 200 and len(r.content) == 64 * 64 * 8
+        assert time.monotonic() - started < 2
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_the_front_drops_a_client_that_stalls(stack: LocalStack, public_channel: str) -> None:
+    """A request line, headers or body that stop arriving are cut off after the front's timeout;
+    a stalled body never reaches the service, so nothing is written."""
+    path = public_channel.split(str(stack.port), 1)[1]
+    line = _connect(stack)
+    line.sendall(b"GET /v1/collection/ HT")
+    body = _connect(stack)
+    body.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+                 f"Content-Length: {512 * 512 * 64}\r\n\r\n".encode() + b"\1" * 1000)
+    started = time.monotonic()
+    for s in (line, body):
+        s.settimeout(HEADER_TIMEOUT_S + BODY_TIMEOUT_S + 5)
+        try:
+            answer = s.recv(4096)  # a 408 or a closed connection
+        except ConnectionResetError:
+            answer = b""
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer[:80]
+        s.close()
+    assert time.monotonic() - started < HEADER_TIMEOUT_S + BODY_TIMEOUT_S + 3
+    r = requests.get(public_channel, headers={"Accept": "application/octet-stream"}, timeout=30)
+    assert r.status_code == 200 and not any(r.content[:1000])  # the 1000 bytes sent were not written
+
+
+def test_one_client_cannot_hold_unbounded_requests(stack: LocalStack, token: str, public_channel: str) -> None:
+    """Past its limit of requests in progress, a client gets 503 from the front at once; when it
+    lets go, it is served again."""
+    path = public_channel.split(str(stack.port), 1)[1]
+    held = []
+    try:
+        for _ in range(CONNECTIONS_PER_CLIENT + 12):
+            s = _connect(stack)
+            s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+                      f"Content-Length: {512 * 512 * 64}\r\n\r\n".encode())
+            held.append(s)
+        time.sleep(0.3)
+        answers = []
+        for s in held:  # well within the body timeout: the ones let in are still waiting
+            s.settimeout(0.01)
+            try:
+                answers.append(s.recv(64))
+            except TimeoutError:
+                answers.append(b"")
+        refused = sum(a.startswith(b"HTTP/1.1 503") for a in answers)
+        assert refused == 12 and answers[:CONNECTIONS_PER_CLIENT - 2].count(b"") == CONNECTIONS_PER_CLIENT - 2
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.2)
+    r = requests.get(f"{stack.url}/v1/collection/", headers={"Authorization": f"Token {token}"}, timeout=10)
+    assert r.status_code == 200
