@@ -67,6 +67,11 @@ class Config:
     io_parallelism: int = _env("NDSTORE_IO_PARALLELISM", 16, int)
     max_body_bytes: int = _env("NDSTORE_MAX_BODY_BYTES", GiB, int)
     max_cutout_bytes: int = _env("NDSTORE_MAX_CUTOUT_BYTES", GiB, int)
+    # what one web worker process may hold for data requests at once (ndstore/api/budget.py);
+    # None: room for the largest request plus a half (3 x NDSTORE_MAX_CUTOUT_BYTES)
+    worker_bytes_in_flight: int | None = _env("NDSTORE_WORKER_BYTES_IN_FLIGHT", None, int)
+    # the part of it anonymous requests may hold together; also the most one of them may cost
+    anon_bytes_in_flight: int = _env("NDSTORE_ANON_BYTES_IN_FLIGHT", 512 * 1024 * 1024, int)
     lock_lease_ms: int = _env("NDSTORE_LOCK_LEASE_MS", 30000, int)
     blaze_redis_url: str = _env("NDSTORE_BLAZE_REDIS_URL", "redis://127.0.0.1:6391/0")
     blaze_max_pending_bytes: int = _env("NDSTORE_BLAZE_MAX_PENDING_BYTES", 4 * GiB, int)

@@ -28,6 +28,7 @@ STATUS = {
     errors.DataCorrupt: 500,
     errors.DataLost: 503,
     errors.IndexStale: 503,
+    errors.Busy: 503,
     BadSignature: 403,
 }
 
@@ -78,13 +79,13 @@ def _handle(exc: Exception, context: dict[str, Any]) -> Response | None:
         code = status_of(exc)
         if isinstance(exc, (errors.DataCorrupt, errors.DataLost)):
             log.error("%s: %s", type(exc).__name__, exc)
-        elif code >= 500:
+        elif code >= 500 and not isinstance(exc, errors.Busy):
             log.warning("storage failure: %s", exc)
         body: dict[str, Any] = {"status": code, "message": str(exc)}
         if isinstance(exc, errors.DataLost):
             body["lost"] = exc.names[:100]
         response = Response(body, status=code)
-        if isinstance(exc, errors.StorageError):
+        if isinstance(exc, (errors.StorageError, errors.Busy)):
             response["Retry-After"] = str(getattr(exc, "retry_after_s", 1))
         return response
     if isinstance(exc, Http404):

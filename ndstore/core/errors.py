@@ -58,6 +58,13 @@ class BufferFull(StorageError):
         self.retry_after_s = retry_after_s
 
 
+class Busy(NDStoreError):
+    """The web worker holds as many bytes of other requests as it may: retry shortly (503 with
+    Retry-After). Nothing was read or changed."""
+
+    retry_after_s = 1
+
+
 class DataCorrupt(NDStoreError):
     """Stored data cannot be read back as it was written (500): the service refuses to answer
     rather than answer wrong, and nothing is dropped; an operator must look."""

@@ -39,9 +39,19 @@ class Window:
             raise InvalidRequest(f"window {raw!r} must have finite lo < hi")
         return cls(lo, hi)
 
-    def apply(self, plane: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
-        scaled = (plane.astype(np.float32) - np.float32(self.lo)) * np.float32(255.0 / (self.hi - self.lo))
-        out: npt.NDArray[np.uint8] = np.clip(np.rint(scaled), 0, 255).astype(np.uint8)
+    def apply(self, plane: npt.NDArray[Any], block_bytes: int = 4 << 20) -> npt.NDArray[np.uint8]:
+        """The plane through the window, a block of rows at a time: it holds the plane, its 8-bit
+        image and one float32 block (not three float32 copies of the plane)."""
+        out: npt.NDArray[np.uint8] = np.empty(plane.shape, np.uint8)
+        lo, scale = np.float32(self.lo), np.float32(255.0 / (self.hi - self.lo))
+        rows = max(1, block_bytes // (4 * max(1, plane[:1].size)))
+        for start in range(0, plane.shape[0], rows):
+            block = plane[start:start + rows].astype(np.float32)
+            block -= lo
+            block *= scale
+            np.rint(block, out=block)
+            np.clip(block, 0, 255, out=block)
+            out[start:start + rows] = block
         return out
 
 

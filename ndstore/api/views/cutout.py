@@ -11,7 +11,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import auth, lookups
+from ndstore.api import auth, budget, lookups
 from ndstore.api.errors import JSONErrors
 from ndstore.api.media import ARRAY_PARSERS, ARRAY_RENDERERS, RAW_BODY_PARSERS, RawBody
 from ndstore.api.schema import binary, binary_responses, errors
@@ -89,6 +89,7 @@ class CutoutView(JSONErrors, APIView):
         self.cutout = make_cutout(
             lookups.channel_volume(chan), kw["resolution"], box, times, services().config.max_cutout_bytes
         )
+        budget.reserve(request, self.cutout.nbytes)
         return chan
 
     @read_schema("Through the cache tier.",

@@ -13,7 +13,7 @@ from rest_framework import renderers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import auth, lookups
+from ndstore.api import auth, budget, lookups
 from ndstore.api.caching import cacheable
 from ndstore.api.errors import JSONErrors
 from ndstore.api.schema import binary_responses, errors
@@ -71,6 +71,7 @@ class SliceImageView(JSONErrors, APIView):
         cutout = make_cutout(lookups.channel_volume(chan), kw["resolution"],
                              Box.from_ranges(ranges["x"], ranges["y"], ranges["z"]), range(t, t + 1),
                              services().config.max_cutout_bytes)
+        budget.reserve(request, cutout.nbytes)
         file_format = request.accepted_renderer.format
         window = request.query_params.get("window")
         quality = _quality(request.query_params.get("quality", "85"))

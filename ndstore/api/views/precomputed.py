@@ -20,7 +20,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import auth, lookups
+from ndstore.api import auth, budget, lookups
 from ndstore.api.caching import cacheable
 from ndstore.api.models import Channel
 from ndstore.api.schema import errors
@@ -165,6 +165,7 @@ class ChunkView(PrecomputedView):
         box = Box.from_ranges(*kw["box"])
         t = chan.default_time_sample
         cutout = make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes)
+        budget.reserve(request, cutout.nbytes)
         data = services().tier("cache", "cache").read(cutout)[0]
         return _file(request, chan, precomputed.encode_chunk(data, encoding), "application/octet-stream")
 

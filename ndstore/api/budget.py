@@ -1,0 +1,99 @@
+"""Bytes in flight per web worker: no client, and no crowd of anonymous ones, can make a worker
+hold more memory than it may.
+
+A data request (cutout, ids, slice image, precomputed chunk) reserves what it will hold, about
+twice its array (the array and its encoded answer, or the body and its decoded array), once it is
+authenticated and its box is validated, before it reads anything. A worker process has
+NDSTORE_WORKER_BYTES_IN_FLIGHT (default 3 x NDSTORE_MAX_CUTOUT_BYTES: the largest request and a
+half); anonymous requests share NDSTORE_ANON_BYTES_IN_FLIGHT of it (512 MiB), which is also the
+most one of them may cost. Beyond its budget a request is refused at once with 503 and Retry-After
+(another worker or a moment later may have room); a request that could never fit is 413. The
+reservation ends when the response has been handed to the front (Django's request_finished, sent
+by the WSGI server in the request's own thread when it closes the response).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from django.core.signals import request_finished, request_started
+
+from ndstore.core.errors import Busy, PayloadTooLarge
+from ndstore.wiring import services
+
+HOLD_FACTOR = 2  # bytes held per byte of the request's array
+
+
+class ByteBudget:
+    def __init__(self, total: int, anonymous: int):
+        self.total, self.anonymous = total, min(anonymous, total)
+        self._held = self._held_anonymous = 0
+        self._guard = threading.Lock()
+
+    def take(self, cost: int, anonymous: bool) -> None:
+        limit = self.anonymous if anonymous else self.total
+        if cost > limit:
+            who = "an anonymous request" if anonymous else "a request"
+            hint = "; send a token, or ask for a smaller box" if anonymous else "; ask for a smaller box"
+            raise PayloadTooLarge(f"{who} may hold at most {limit} bytes in a web worker and this one needs {cost} "
+                                  f"({HOLD_FACTOR} x its array){hint}")
+        with self._guard:
+            if self._held + cost > self.total or (anonymous and self._held_anonymous + cost > self.anonymous):
+                share = f"; anonymous: {self._held_anonymous} of {self.anonymous}" if anonymous else ""
+                raise Busy(f"this web worker holds as many bytes of other requests as it may ({self._held} of "
+                           f"{self.total}{share}); retry shortly")
+            self._held += cost
+            if anonymous:
+                self._held_anonymous += cost
+
+    def give(self, cost: int, anonymous: bool) -> None:
+        with self._guard:
+            self._held -= cost
+            if anonymous:
+                self._held_anonymous -= cost
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+
+_budget: ByteBudget | None = None
+_budget_guard = threading.Lock()
+_requests = threading.local()
+
+
+def worker_budget() -> ByteBudget:
+    global _budget
+    if _budget is None:
+        with _budget_guard:
+            if _budget is None:
+                config = services().config
+                total = config.worker_bytes_in_flight or 3 * config.max_cutout_bytes
+                _budget = ByteBudget(total, config.anon_bytes_in_flight)
+    return _budget
+
+
+def reserve(request: Any, array_bytes: int) -> None:
+    """Reserve what this request will hold for an array of `array_bytes`, until its response is
+    closed; raises Busy (503) or PayloadTooLarge (413)."""
+    anonymous = not getattr(request, "user", None) or not request.user.is_authenticated
+    cost = HOLD_FACTOR * array_bytes
+    worker_budget().take(cost, anonymous)
+    held = getattr(_requests, "held", None)
+    if held is None:
+        held = _requests.held = []
+    held.append((cost, anonymous))
+
+
+def release(**_: Any) -> None:
+    """Give back what this thread's request reserved."""
+    held = getattr(_requests, "held", None)
+    if held and _budget is not None:
+        for cost, anonymous in held:
+            _budget.give(cost, anonymous)
+    _requests.held = []
+
+
+request_finished.connect(release, dispatch_uid="ndstore-budget-release")
+request_started.connect(release, dispatch_uid="ndstore-budget-release-stale")

@@ -1,0 +1,108 @@
+"""No client, and no crowd of anonymous ones, makes a web worker hold more than its budget of
+bytes (ndstore/api/budget.py): before it, four 1 GiB cutouts at once took one worker to 6 GiB."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from rest_framework.test import APIClient
+
+from ndstore.api import budget
+from ndstore.core.errors import Busy, PayloadTooLarge
+from tests.api.conftest import Dataset, make_dataset
+from tests.security.conftest import CountingBody, token_for, wsgi
+
+MiB = 1 << 20
+BOX = "0:512/0:512/0:4/"  # 1 MiB of uint8: it costs 2 MiB of the budget
+
+
+@pytest.fixture
+def small_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[budget.ByteBudget]:
+    small = budget.ByteBudget(total=8 * MiB, anonymous=3 * MiB)
+    monkeypatch.setattr(budget, "_budget", small)
+    yield small
+    assert small.held == 0, "a finished request kept its reservation"
+
+
+@pytest.fixture
+def public(admin: APIClient) -> Dataset:
+    data = make_dataset(admin, "pub", frame=(512, 512, 16), levels=1)
+    assert admin.put("/v1/collection/pub/", {"public": True}, format="json").status_code == 200
+    return data
+
+
+def test_the_budget_counts_what_is_held_and_refuses_beyond_it() -> None:
+    b = budget.ByteBudget(total=10, anonymous=4)
+    b.take(4, anonymous=True)
+    with pytest.raises(Busy):
+        b.take(1, anonymous=True)  # the anonymous share is full
+    b.take(6, anonymous=False)
+    with pytest.raises(Busy):
+        b.take(1, anonymous=False)  # the worker is full
+    with pytest.raises(PayloadTooLarge, match="send a token"):
+        b.take(5, anonymous=True)  # more than an anonymous request may ever cost
+    with pytest.raises(PayloadTooLarge):
+        b.take(11, anonymous=False)
+    b.give(4, anonymous=True)
+    b.give(6, anonymous=False)
+    assert b.held == 0
+    b.take(10, anonymous=False)
+
+
+def test_an_anonymous_read_over_its_share_is_413_and_a_token_gets_it(small_budget: budget.ByteBudget,
+                                                                      public: Dataset, admin: APIClient) -> None:
+    url = "/v1/cutout/pub/e1/img8/0/0:512/0:512/0:8/"  # 2 MiB: 4 MiB of budget, over the anonymous 3
+    refused = APIClient().get(url, HTTP_ACCEPT="application/octet-stream")
+    assert refused.status_code == 413 and "anonymous" in refused.json()["message"]
+    assert "token" in refused.json()["message"]
+    ok = admin.get(url, HTTP_ACCEPT="application/octet-stream")
+    assert ok.status_code == 200 and len(ok.content) == 2 * MiB
+    small = APIClient().get(f"/v1/cutout/pub/e1/img8/0/{BOX}", HTTP_ACCEPT="application/octet-stream")
+    assert small.status_code == 200  # 2 MiB of budget: within the anonymous share
+
+
+@pytest.mark.parametrize("anonymous", [True, False])
+def test_a_read_while_the_worker_is_full_is_503_with_retry_after(small_budget: budget.ByteBudget, public: Dataset,
+                                                                 admin: APIClient, anonymous: bool) -> None:
+    """Other requests in flight hold the budget: the read is refused at once, not queued."""
+    client = APIClient() if anonymous else admin
+    url = f"/v1/cutout/pub/e1/img8/0/{BOX}"
+    held = (2 if anonymous else 7) * MiB
+    small_budget.take(held, anonymous)
+    try:
+        busy = client.get(url, HTTP_ACCEPT="application/octet-stream")
+        assert busy.status_code == 503 and busy["Retry-After"] == "1"
+        assert "retry" in busy.json()["message"]
+    finally:
+        small_budget.give(held, anonymous)
+    assert client.get(url, HTTP_ACCEPT="application/octet-stream").status_code == 200
+
+
+def test_a_write_refused_for_the_budget_reads_no_body_and_changes_nothing(small_budget: budget.ByteBudget,
+                                                                          public: Dataset, admin: APIClient) -> None:
+    _, token = token_for("writer", is_superuser=True)
+    small_budget.take(7 * MiB, False)
+    try:
+        body = CountingBody(1 * MiB)
+        answer = wsgi("POST", f"/v1/cutout/pub/e1/img8/0/{BOX}", body, token=token,
+                      content_type="application/octet-stream")
+        assert answer.status == 503 and body.read_bytes == 0
+    finally:
+        small_budget.give(7 * MiB, False)
+    got = admin.get(f"/v1/cutout/pub/e1/img8/0/{BOX}", HTTP_ACCEPT="application/octet-stream")
+    assert not np.frombuffer(got.content, np.uint8).any()
+
+
+@pytest.mark.parametrize("path", ["/v1/image/pub/e1/img8/xy/0/0:512/0:512/2/",
+                                  "/precomputed/pub/e1/img8/0/0-512_0-512_0-4"])
+def test_slices_and_precomputed_chunks_take_their_share_too(small_budget: budget.ByteBudget, public: Dataset,
+                                                            path: str, admin: Any) -> None:
+    small_budget.take(8 * MiB, False)
+    try:
+        assert APIClient().get(path).status_code == 503
+    finally:
+        small_budget.give(8 * MiB, False)
+    assert APIClient().get(path).status_code == 200
