@@ -1,13 +1,18 @@
 """A distributed readers-writer lock per supercuboid, on Redis (one node or a Cluster).
 
-Each lock name N has three keys sharing the hash tag {N} (one Cluster slot, so one Lua script
+Each lock name N has six keys sharing the hash tag {N} (one Cluster slot, so one Lua script
 may touch them all):
-  ndrw:{N}:r  sorted set of reader tokens, score = lease expiry (ms, Redis clock)
-  ndrw:{N}:w  the writer's token, with a PX lease
-  ndrw:{N}:q  sorted set of waiting writers, score = expiry of their claim
-Every script first drops expired readers and waiting writers, so a holder killed with SIGKILL
-wedges nothing: its lease runs out. A waiting writer blocks new readers (writer preference),
-so a stream of readers cannot starve writers. Releases PUBLISH on ndrw:{N}; waiters sleep on a
+  ndrw:{N}:r       sorted set of reader tokens, score = lease expiry (ms, Redis clock)
+  ndrw:{N}:w       the writer's token, with a PX lease
+  ndrw:{N}:q       sorted set of waiting writers, score = their ticket
+  ndrw:{N}:qr      sorted set of waiting readers, score = their ticket
+  ndrw:{N}:claims  sorted set of every waiter, score = expiry of its claim
+  ndrw:{N}:n       the ticket counter
+Every script first drops expired readers and waiters, so a holder killed with SIGKILL wedges
+nothing: its lease runs out. The lock is fair: a caller that cannot enter takes a ticket, and no
+later arrival passes it. A writer waits for the readers and writers with older tickets; a reader
+waits only for writers with older tickets (readers that arrived together enter together), so a
+stream of readers cannot starve a writer and a stream of writers cannot starve a reader. Releases PUBLISH on ndrw:{N}; waiters sleep on a
 process-wide subscription instead of spinning, with a short fallback timeout so a wake-up lost
 between a failed try and the subscription costs milliseconds, not a hang. A background thread
 renews the leases of every lock this process holds. Names are taken in sorted order.
@@ -29,28 +34,54 @@ from ndstore.core.errors import LockTimeout, StorageError
 from ndstore.core.observe import NULL, Observer
 
 _NOW = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
-_READ = _NOW + """
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('ZCARD', KEYS[3]) > 0 then return 0 end
+# KEYS: 1 readers (token -> lease expiry), 2 writer, 3 waiting writers (token -> ticket),
+# 4 waiting readers (token -> ticket), 5 waiters' claims (token -> claim expiry), 6 ticket counter
+_COMMON = _NOW + """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 1000)
+for _, token in ipairs(dead) do
+  redis.call('ZREM', KEYS[3], token) redis.call('ZREM', KEYS[4], token) redis.call('ZREM', KEYS[5], token)
+end
+local function first(queue)
+  local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+  if #head == 0 then return nil end
+  return tonumber(head[2])
+end
+local function wait(queue)
+  if not redis.call('ZSCORE', queue, ARGV[1]) then redis.call('ZADD', queue, redis.call('INCR', KEYS[6]), ARGV[1]) end
+  redis.call('ZADD', KEYS[5], now + ARGV[2], ARGV[1])
+  for i = 3, 6 do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+  return 0
+end
+"""
+_READ = _COMMON + """
+local mine = redis.call('ZSCORE', KEYS[4], ARGV[1])
+local writer = first(KEYS[3])
+if redis.call('EXISTS', KEYS[2]) == 1 or (writer and (not mine or writer < tonumber(mine))) then
+  return wait(KEYS[4])
+end
 redis.call('ZADD', KEYS[1], now + ARGV[2], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if mine then redis.call('ZREM', KEYS[4], ARGV[1]) redis.call('ZREM', KEYS[5], ARGV[1]) end
 return 1"""
-_WRITE = _NOW + """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-if redis.call('EXISTS', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[1]) == 0 then
+_WRITE = _COMMON + """
+local mine = redis.call('ZSCORE', KEYS[3], ARGV[1])
+local ticket = mine and tonumber(mine) or math.huge
+local writer, reader = first(KEYS[3]), first(KEYS[4])
+if redis.call('EXISTS', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[1]) == 0
+    and (not writer or writer >= ticket) and (not reader or reader > ticket) then
   redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
   redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[5], ARGV[1])
   return 1
 end
-redis.call('ZADD', KEYS[3], now + ARGV[2], ARGV[1])
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
-return 0"""
+return wait(KEYS[3])"""
 _RELEASE = """
 local freed = 0
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) freed = 1 end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 and redis.call('ZCARD', KEYS[1]) == 0 then freed = 1 end
-redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.call('ZREM', KEYS[3], ARGV[1]) + redis.call('ZREM', KEYS[4], ARGV[1]) > 0 then freed = 1 end
+redis.call('ZREM', KEYS[5], ARGV[1])
 if freed == 1 then redis.call('PUBLISH', ARGV[2], 'free') end
 return freed"""
 _RENEW = _NOW + """
@@ -65,7 +96,7 @@ CHANNEL_PREFIX = "ndrw:"
 
 
 def _keys(name: str) -> list[str]:
-    return [f"ndrw:{{{name}}}:r", f"ndrw:{{{name}}}:w", f"ndrw:{{{name}}}:q"]
+    return [f"ndrw:{{{name}}}:{part}" for part in ("r", "w", "q", "qr", "claims", "n")]
 
 
 class _Waker:

@@ -1,5 +1,6 @@
-"""The readers-writer lock on a real redis-server: sharing, exclusion, writer preference,
-pub/sub wake-ups, and recovery from holders killed with SIGKILL."""
+"""The readers-writer lock on a real redis-server: sharing, exclusion, fairness (no stream of
+writers or readers starves the other kind), pub/sub wake-ups, and recovery from holders killed
+with SIGKILL."""
 
 from __future__ import annotations
 
@@ -53,6 +54,63 @@ def test_waiting_writer_blocks_new_readers(locks: RedisRWLocks, redis_url: str) 
                 pass
         assert not got_write.is_set()
     assert got_write.wait(2)
+
+
+def _stream_of_writers(redis_url: str, name: str, stop: threading.Event, hold_s: float = 0.03) -> list[threading.Thread]:
+    """Two writers taking turns without a gap: there is always one holding or waiting."""
+    def write_forever() -> None:
+        mine = quick(redis_url, 10)
+        while not stop.is_set():
+            with mine.write([name]):
+                time.sleep(hold_s)
+
+    threads = [threading.Thread(target=write_forever) for _ in range(2)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_a_stream_of_writers_does_not_starve_a_reader(redis_url: str) -> None:
+    """Before, a waiting writer kept every new reader out, so two writers taking turns kept a
+    reader waiting until its lock timeout (a 503 to a viewer while an annotator wrote)."""
+    stop = threading.Event()
+    writers = _stream_of_writers(redis_url, "fair-r", stop)
+    try:
+        time.sleep(0.2)
+        for _ in range(5):
+            started = time.monotonic()
+            with quick(redis_url, 3).read(["fair-r"]):
+                waited = time.monotonic() - started
+            assert waited < 1.0, waited  # about two writers' turns, not the lock timeout
+    finally:
+        stop.set()
+        for t in writers:
+            t.join()
+
+
+def test_readers_that_came_after_a_waiting_writer_wait_for_it(locks: RedisRWLocks, redis_url: str) -> None:
+    """First come, first served: reader A holds, writer W waits, reader B arrives; B enters only
+    after W, and W only after A."""
+    order: list[str] = []
+
+    def take(mode: str, who: str) -> None:
+        mine = quick(redis_url, 5)
+        with (mine.write if mode == "write" else mine.read)(["fifo"]):
+            order.append(who)
+            time.sleep(0.1)
+
+    with locks.read(["fifo"]):
+        w = threading.Thread(target=take, args=("write", "W"))
+        w.start()
+        time.sleep(0.2)
+        b = threading.Thread(target=take, args=("read", "B"))
+        b.start()
+        time.sleep(0.2)
+        assert order == []  # B does not pass the waiting W
+        order.append("A released")
+    w.join(5)
+    b.join(5)
+    assert order == ["A released", "W", "B"]
 
 
 def test_release_wakes_a_waiter_promptly(redis_url: str) -> None:
