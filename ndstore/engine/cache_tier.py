@@ -58,6 +58,7 @@ from ndstore.storage.interfaces import CuboidCache, ObjectStore, RWLocks
 log = logging.getLogger(__name__)
 Array = npt.NDArray[Any]
 T = TypeVar("T")
+READ_BATCH = 256  # supercuboids per locked snapshot of a read (see CacheTier.read)
 META = -1  # cache field holding "dtype cuboid-shape counts", so the flusher needs no metadata DB
 
 
@@ -102,11 +103,26 @@ class CacheTier:
 
     # -- reads -------------------------------------------------------------------------------
     def read(self, cutout: Cutout) -> Array:
+        """The box, read READ_BATCH supercuboids at a time (in plan order: time sample, then
+        Morton), each batch a consistent snapshot under its own locks: a box over thousands of
+        supercuboids (a voxel over a long time series) holds no lock longer than its batch's I/O,
+        so a writer waits for one batch, not for the whole read."""
         plan = cutout.plan()
-        grid, keys = plan.grid, plan.keys
+        self.guard(plan.names)
+        out = np.empty(cutout.shape, cutout.channel.dtype)
+        keys = plan.keys
+        parts: dict[str, list[PlannedPart]] = {}
+        for planned in plan.parts:
+            parts.setdefault(planned.key.name, []).append(planned)
+        for start in range(0, len(keys), READ_BATCH):
+            batch = keys[start:start + READ_BATCH]
+            self._read_batch(cutout, plan.grid, batch, [p for k in batch for p in parts[k.name]], out)
+        return out
+
+    def _read_batch(self, cutout: Cutout, grid: Grid, keys: list[SupercuboidKey], parts: list[PlannedPart],
+                    out: Array) -> None:
         names = [k.name for k in keys]
-        wanted = {p.key.name: [n for n, _, _ in self._touching(p.part, grid)] for p in plan.parts}
-        self.guard(names)
+        wanted = {p.key.name: [n for n, _, _ in self._touching(p.part, grid)] for p in parts}
         blobs = None
         for attempt in range(5):
             # the last try takes write locks on them all: eviction needs those too, so cannot win again
@@ -120,10 +136,8 @@ class CacheTier:
         if blobs is None:
             raise StorageError("the cache evicted this box's supercuboids faster than it could read them; try again")
         self._cache.touch(names, self._clock())
-        out = np.empty(cutout.shape, cutout.channel.dtype)
         run_all(self._pool, lambda p: self._decode(p, blobs[p.key.name], wanted[p.key.name], grid, out, cutout),
-                plan.parts)
-        return out
+                parts)
 
     def _read_blobs(self, keys: list[SupercuboidKey], wanted: dict[str, list[int]], dtype: np.dtype,
                     grid: Grid, exclusive: bool = False) -> dict[str, list[bytes | None]] | None:

@@ -12,10 +12,12 @@ Every script first drops expired readers and waiters, so a holder killed with SI
 nothing: its lease runs out. The lock is fair: a caller that cannot enter takes a ticket, and no
 later arrival passes it. A writer waits for the readers and writers with older tickets; a reader
 waits only for writers with older tickets (readers that arrived together enter together), so a
-stream of readers cannot starve a writer and a stream of writers cannot starve a reader. Releases PUBLISH on ndrw:{N}; waiters sleep on a
-process-wide subscription instead of spinning, with a short fallback timeout so a wake-up lost
-between a failed try and the subscription costs milliseconds, not a hang. A background thread
-renews the leases of every lock this process holds. Names are taken in sorted order.
+stream of readers cannot starve a writer and a stream of writers cannot starve a reader.
+Releases PUBLISH on ndrw:{N}; waiters sleep on a process-wide subscription instead of spinning,
+with a short fallback timeout so a wake-up lost between a failed try and the subscription costs
+milliseconds, not a hang. A background thread renews the leases of every lock this process holds.
+Names are taken in sorted order, up to BATCH names per script call (one name per call on a
+Cluster, whose names live in different slots).
 See docs/design/locks.md.
 """
 
@@ -33,64 +35,87 @@ import redis
 from ndstore.core.errors import LockTimeout, StorageError
 from ndstore.core.observe import NULL, Observer
 
-_NOW = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
-# KEYS: 1 readers (token -> lease expiry), 2 writer, 3 waiting writers (token -> ticket),
-# 4 waiting readers (token -> ticket), 5 waiters' claims (token -> claim expiry), 6 ticket counter
-_COMMON = _NOW + """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 1000)
-for _, token in ipairs(dead) do
-  redis.call('ZREM', KEYS[3], token) redis.call('ZREM', KEYS[4], token) redis.call('ZREM', KEYS[5], token)
-end
+# Each script works on several locks at once (six keys per lock name, in the order of _keys):
+#   1 readers (token -> lease expiry)   2 writer           3 waiting writers (token -> ticket)
+#   4 waiting readers (token -> ticket)  5 waiters' claims (token -> claim expiry)   6 ticket counter
+_PRELUDE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local token, lease = ARGV[1], tonumber(ARGV[2])
+"""
+_ACQUIRE = _PRELUDE + """
 local function first(queue)
   local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
   if #head == 0 then return nil end
   return tonumber(head[2])
 end
-local function wait(queue)
-  if not redis.call('ZSCORE', queue, ARGV[1]) then redis.call('ZADD', queue, redis.call('INCR', KEYS[6]), ARGV[1]) end
-  redis.call('ZADD', KEYS[5], now + ARGV[2], ARGV[1])
-  for i = 3, 6 do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
-  return 0
+local function prune(k)
+  redis.call('ZREMRANGEBYSCORE', KEYS[k + 1], '-inf', now)
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[k + 5], '-inf', now, 'LIMIT', 0, 1000)
+  for _, d in ipairs(dead) do
+    redis.call('ZREM', KEYS[k + 3], d) redis.call('ZREM', KEYS[k + 4], d) redis.call('ZREM', KEYS[k + 5], d)
+  end
 end
-"""
-_READ = _COMMON + """
-local mine = redis.call('ZSCORE', KEYS[4], ARGV[1])
-local writer = first(KEYS[3])
-if redis.call('EXISTS', KEYS[2]) == 1 or (writer and (not mine or writer < tonumber(mine))) then
-  return wait(KEYS[4])
+local function wait(k, queue)
+  if not redis.call('ZSCORE', queue, token) then redis.call('ZADD', queue, redis.call('INCR', KEYS[k + 6]), token) end
+  redis.call('ZADD', KEYS[k + 5], now + lease, token)
+  for i = 3, 6 do redis.call('PEXPIRE', KEYS[k + i], lease) end
+  return false
 end
-redis.call('ZADD', KEYS[1], now + ARGV[2], ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if mine then redis.call('ZREM', KEYS[4], ARGV[1]) redis.call('ZREM', KEYS[5], ARGV[1]) end
-return 1"""
-_WRITE = _COMMON + """
-local mine = redis.call('ZSCORE', KEYS[3], ARGV[1])
-local ticket = mine and tonumber(mine) or math.huge
-local writer, reader = first(KEYS[3]), first(KEYS[4])
-if redis.call('EXISTS', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[1]) == 0
-    and (not writer or writer >= ticket) and (not reader or reader > ticket) then
-  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('ZREM', KEYS[5], ARGV[1])
-  return 1
+local function read(k)
+  local mine = redis.call('ZSCORE', KEYS[k + 4], token)
+  local writer = first(KEYS[k + 3])
+  if redis.call('EXISTS', KEYS[k + 2]) == 1 or (writer and (not mine or writer < tonumber(mine))) then
+    return wait(k, KEYS[k + 4])
+  end
+  redis.call('ZADD', KEYS[k + 1], now + lease, token)
+  redis.call('PEXPIRE', KEYS[k + 1], lease)
+  if mine then redis.call('ZREM', KEYS[k + 4], token) redis.call('ZREM', KEYS[k + 5], token) end
+  return true
 end
-return wait(KEYS[3])"""
-_RELEASE = """
-local freed = 0
-if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) freed = 1 end
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 and redis.call('ZCARD', KEYS[1]) == 0 then freed = 1 end
-if redis.call('ZREM', KEYS[3], ARGV[1]) + redis.call('ZREM', KEYS[4], ARGV[1]) > 0 then freed = 1 end
-redis.call('ZREM', KEYS[5], ARGV[1])
-if freed == 1 then redis.call('PUBLISH', ARGV[2], 'free') end
-return freed"""
-_RENEW = _NOW + """
-if redis.call('GET', KEYS[2]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZADD', KEYS[1], now + ARGV[2], ARGV[1])
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local function write(k)
+  local mine = redis.call('ZSCORE', KEYS[k + 3], token)
+  local ticket = mine and tonumber(mine) or math.huge
+  local writer, reader = first(KEYS[k + 3]), first(KEYS[k + 4])
+  if redis.call('EXISTS', KEYS[k + 2]) == 0 and redis.call('ZCARD', KEYS[k + 1]) == 0
+      and (not writer or writer >= ticket) and (not reader or reader > ticket) then
+    redis.call('SET', KEYS[k + 2], token, 'PX', lease)
+    redis.call('ZREM', KEYS[k + 3], token)
+    redis.call('ZREM', KEYS[k + 5], token)
+    return true
+  end
+  return wait(k, KEYS[k + 3])
+end
+local taken = 0
+for i = 1, #KEYS / 6 do
+  local k = (i - 1) * 6
+  prune(k)
+  local ok
+  if string.sub(ARGV[3], i, i) == 'w' then ok = write(k) else ok = read(k) end
+  if not ok then return taken end
+  taken = taken + 1
+end
+return taken"""
+_RELEASE = _PRELUDE + """
+local released = 0
+for i = 1, #KEYS / 6 do
+  local k = (i - 1) * 6
+  local freed = 0
+  if redis.call('GET', KEYS[k + 2]) == token then redis.call('DEL', KEYS[k + 2]) freed = 1 end
+  if redis.call('ZREM', KEYS[k + 1], token) == 1 and redis.call('ZCARD', KEYS[k + 1]) == 0 then freed = 1 end
+  if redis.call('ZREM', KEYS[k + 3], token) + redis.call('ZREM', KEYS[k + 4], token) > 0 then freed = 1 end
+  redis.call('ZREM', KEYS[k + 5], token)
+  if freed == 1 then redis.call('PUBLISH', ARGV[i + 2], 'free') released = released + 1 end
+end
+return released"""
+_RENEW = _PRELUDE + """
+if redis.call('GET', KEYS[2]) == token then return redis.call('PEXPIRE', KEYS[2], lease) end
+if redis.call('ZSCORE', KEYS[1], token) then
+  redis.call('ZADD', KEYS[1], now + lease, token)
+  return redis.call('PEXPIRE', KEYS[1], lease)
 end
 return 0"""
+BATCH = 256  # locks per script call: one call stays well under a millisecond of Redis time per lock
 
 CHANNEL_PREFIX = "ndrw:"
 
@@ -139,7 +164,9 @@ class RedisRWLocks:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self._scripts = {n: client.register_script(s) for n, s in
-                         (("read", _READ), ("write", _WRITE), ("release", _RELEASE), ("renew", _RENEW))}
+                         (("acquire", _ACQUIRE), ("release", _RELEASE), ("renew", _RENEW))}
+        # a Cluster spreads lock names over slots: one script may touch only one name's keys there
+        self._batch = 1 if isinstance(client, redis.RedisCluster) else BATCH
         self._held: dict[tuple[str, str], None] = {}
         self._held_guard = threading.Lock()
         self._waker: _Waker | None = None
@@ -158,46 +185,54 @@ class RedisRWLocks:
     def mixed(self, reads: Sequence[str] = (), writes: Sequence[str] = (),
               timeout_s: float | None = None) -> Iterator[None]:
         """Read locks on ``reads`` and write locks on ``writes`` (a name in both: write), held
-        together, taken in one sorted order with every other caller's."""
+        together, taken in one sorted order with every other caller's (up to BATCH per Redis
+        call: a box over thousands of supercuboids costs tens of calls, not thousands)."""
         token = secrets.token_hex(12)
-        modes = {**{n: "read" for n in reads}, **{n: "write" for n in writes}}
-        taken: list[str] = []
+        modes = {**{n: "r" for n in reads}, **{n: "w" for n in writes}}
+        names = sorted(modes)
+        taken = 0
         try:
             deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
-            for name in sorted(modes):
-                self._acquire(name, token, modes[name], deadline)
-                taken.append(name)
+            while taken < len(names):
+                taken += self._acquire(names[taken:taken + self._batch], modes, token, deadline)
             yield
         finally:
-            for name in reversed(taken):
-                self._release(name, token)
+            self._release(names[:taken], token)
 
-    def _acquire(self, name: str, token: str, mode: str, deadline: float) -> None:
+    def _acquire(self, names: list[str], modes: dict[str, str], token: str, deadline: float) -> int:
+        """Take a prefix of `names` (at least one, waiting for it if it is busy); how many."""
         event: threading.Event | None = None
         started: float | None = None
         while True:
-            if self._call(mode, name, token, self.lease_ms):
+            got = int(self._call("acquire", names, token, self.lease_ms, "".join(modes[n] for n in names)))
+            if got:
                 with self._held_guard:
-                    self._held[(name, token)] = None
+                    self._held.update(((n, token), None) for n in names[:got])
                 if started is not None:
-                    self._observer.observe("lock_wait_seconds", time.monotonic() - started, mode=mode)
-                return
+                    self._observer.observe("lock_wait_seconds", time.monotonic() - started,
+                                           mode="write" if modes[names[0]] == "w" else "read")
+                return got
+            busy = names[0]
+            mode = "write" if modes[busy] == "w" else "read"
             started = started if started is not None else time.monotonic()
             if time.monotonic() > deadline:
-                self._call("release", name, token, f"{CHANNEL_PREFIX}{name}")  # withdraw a writer's claim
+                self._call("release", [busy], token, self.lease_ms, f"{CHANNEL_PREFIX}{busy}")  # withdraw its ticket
                 self._observer.count("lock_timeouts_total", mode=mode)
-                raise LockTimeout(f"supercuboid {name} stayed locked too long; try again")
-            event = event or self._wake_event(name)
+                raise LockTimeout(f"supercuboid {busy} stayed locked too long; try again")
+            event = event or self._wake_event(busy)
             event.wait(self.poll_s)
             event.clear()
 
-    def _release(self, name: str, token: str) -> None:
+    def _release(self, names: list[str], token: str) -> None:
         with self._held_guard:
-            self._held.pop((name, token), None)
-        try:
-            self._call("release", name, token, f"{CHANNEL_PREFIX}{name}")
-        except StorageError:
-            pass  # the lease will run out; never mask the caller's own outcome
+            for name in names:
+                self._held.pop((name, token), None)
+        for start in range(0, len(names), self._batch):
+            batch = names[start:start + self._batch]
+            try:
+                self._call("release", batch, token, self.lease_ms, *(f"{CHANNEL_PREFIX}{n}" for n in batch))
+            except StorageError:
+                pass  # the leases will run out; never mask the caller's own outcome
 
     def _wake_event(self, name: str) -> threading.Event:
         if self._waker is None:
@@ -206,9 +241,9 @@ class RedisRWLocks:
                     self._waker = _Waker(self._redis)
         return self._waker.event(name)
 
-    def _call(self, script: str, name: str, *args: Any) -> Any:
+    def _call(self, script: str, names: list[str], *args: Any) -> Any:
         try:
-            return self._scripts[script](keys=_keys(name), args=list(args))
+            return self._scripts[script](keys=[k for n in names for k in _keys(n)], args=list(args))
         except redis.RedisError as exc:
             raise StorageError(f"lock server unavailable: {exc}") from exc
 
@@ -217,8 +252,14 @@ class RedisRWLocks:
             time.sleep(self.lease_ms / 3000)
             with self._held_guard:
                 held = list(self._held)
-            for name, token in held:
-                try:
-                    self._call("renew", name, token, self.lease_ms)
-                except StorageError:
-                    break  # Redis is briefly away; retry next round, before the leases end
+            try:
+                for start in range(0, len(held), self._batch):
+                    if self._batch == 1:  # a Cluster: scripts one by one
+                        self._scripts["renew"](keys=_keys(held[start][0]), args=[held[start][1], self.lease_ms])
+                        continue
+                    pipe = self._redis.pipeline(transaction=False)
+                    for name, token in held[start:start + self._batch]:
+                        self._scripts["renew"](keys=_keys(name), args=[token, self.lease_ms], client=pipe)
+                    pipe.execute()
+            except redis.RedisError:
+                pass  # Redis is briefly away; retry next round, before the leases end

@@ -56,7 +56,8 @@ def test_waiting_writer_blocks_new_readers(locks: RedisRWLocks, redis_url: str) 
     assert got_write.wait(2)
 
 
-def _stream_of_writers(redis_url: str, name: str, stop: threading.Event, hold_s: float = 0.03) -> list[threading.Thread]:
+def _stream_of_writers(redis_url: str, name: str, stop: threading.Event,
+                       hold_s: float = 0.03) -> list[threading.Thread]:
     """Two writers taking turns without a gap: there is always one holding or waiting."""
     def write_forever() -> None:
         mine = quick(redis_url, 10)
@@ -192,3 +193,31 @@ def test_counter_under_write_lock_from_many_threads(locks: RedisRWLocks, redis_u
     for t in threads:
         t.join()
     assert int(client.get("rw-counter")) == 100
+
+
+def test_many_names_are_taken_in_batches_in_order_and_held_while_waiting(locks: RedisRWLocks,
+                                                                         redis_url: str) -> None:
+    """Past rwlock.BATCH names a caller takes them a batch per call; one busy name in the middle
+    keeps it waiting with what it took before that name held, as one-by-one taking did."""
+    names = [f"many-{i:04d}" for i in range(600)]
+    other = quick(redis_url, 5)
+    got, done = threading.Event(), threading.Event()
+
+    def take_all() -> None:
+        with locks.read(names):
+            got.set()
+            done.wait(5)
+
+    with other.write([names[400]]):
+        taker = threading.Thread(target=take_all)
+        taker.start()
+        time.sleep(0.3)
+        assert not got.is_set()
+        with pytest.raises(LockTimeout):  # names before the busy one are held by the waiting reader
+            with quick(redis_url).write([names[10]]):
+                pass
+        with quick(redis_url).read([names[10], names[599]]):  # readers share; the last is free
+            pass
+    assert got.wait(3)
+    done.set()
+    taker.join(5)
