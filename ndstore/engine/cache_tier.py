@@ -213,7 +213,10 @@ class CacheTier:
             # whether each supercuboid is resident and its partly covered cuboids, in one round
             # trip; one that is not resident is paged in whole first
             old = self._cache.get_if_resident(partly)
-            paged = self._fetch([k for k in keys if old[k.name] is None], cutout.channel.dtype, grid)
+            # a supercuboid the write replaces whole needs nothing of the old one
+            whole = int(np.prod(grid.cuboids_per_super))
+            paged = self._fetch([k for k in keys if old[k.name] is None
+                                 and (partly[k.name] or len(touching[k.name]) < whole)], cutout.channel.dtype, grid)
             for name, blobs in paged.items():
                 old[name] = [blobs[n] for n in partly[name]]
             run_all(self._pool, lambda p: self._merge(p, grid, data[p.time_index][p.part.in_box(cutout.box)],

@@ -90,11 +90,11 @@ def up(data_dir: Path, host: str, port: int, workers: int, threads: int, demo: b
 @commands.command()
 @click.option("--bind", default=lambda: os.environ.get("NDSTORE_BIND", "127.0.0.1:8000"), show_default="127.0.0.1:8000",
               help="host:port of the front (nginx); gunicorn listens on a private Unix socket behind it.")
-@click.option("--workers", type=int, default=lambda: int(os.environ.get("NDSTORE_WEB_WORKERS", "2")),
-              show_default="NDSTORE_WEB_WORKERS or 2", help="gunicorn worker processes")
-@click.option("--threads", type=int, default=lambda: int(os.environ.get("NDSTORE_WEB_THREADS", "4")),
-              show_default="NDSTORE_WEB_THREADS or 4", help="threads per worker")
-def serve(bind: str, workers: int, threads: int) -> None:
+@click.option("--workers", type=int, default=None, show_default="NDSTORE_WEB_WORKERS, else one per core (at least 2)",
+              help="gunicorn worker processes")
+@click.option("--threads", type=int, default=None, show_default="NDSTORE_WEB_THREADS or 4",
+              help="threads per worker")
+def serve(bind: str, workers: int | None, threads: int | None) -> None:
     """Run one web node (the image's command): nginx on --bind buffering whole requests and
     responses, gunicorn behind it. Settings come from NDSTORE_*; see docs/deployment.md."""
     from ndstore.ops.front import serve as serve_node

@@ -35,7 +35,7 @@ class FrontSettings:
     header_timeout_s: int = 10  # the request line and headers must arrive within this
     body_timeout_s: int = 30  # longest pause between two reads of a request body
     send_timeout_s: int = 60  # longest pause of a client reading its response
-    conns_per_client: int = 256  # open connections per client address (503 beyond)
+    conns_per_client: int = 128  # requests in progress per client address (503 beyond)
     max_body_bytes: int = 1 << 30  # = NDSTORE_MAX_BODY_BYTES
     upstream_timeout_s: int = 300  # = NDSTORE_WEB_TIMEOUT
     trusted_proxies: int = 0  # proxies in front of this one (NDSTORE_NUM_PROXIES)
@@ -46,7 +46,7 @@ class FrontSettings:
         return cls(header_timeout_s=_env_int(env, "NDSTORE_FRONT_HEADER_TIMEOUT_S", 10),
                    body_timeout_s=_env_int(env, "NDSTORE_FRONT_BODY_TIMEOUT_S", 30),
                    send_timeout_s=_env_int(env, "NDSTORE_FRONT_SEND_TIMEOUT_S", 60),
-                   conns_per_client=_env_int(env, "NDSTORE_FRONT_CONNECTIONS_PER_CLIENT", 256),
+                   conns_per_client=_env_int(env, "NDSTORE_FRONT_CONNECTIONS_PER_CLIENT", 128),
                    max_body_bytes=_env_int(env, "NDSTORE_MAX_BODY_BYTES", 1 << 30),
                    upstream_timeout_s=_env_int(env, "NDSTORE_WEB_TIMEOUT", 300),
                    trusted_proxies=_env_int(env, "NDSTORE_NUM_PROXIES", 0))
@@ -103,7 +103,7 @@ http {{
             proxy_buffering on;              # and hands its response over at its own pace
             proxy_buffers 64 64k;
             proxy_busy_buffers_size 256k;
-            proxy_max_temp_file_size 4096m;
+            proxy_max_temp_file_size 1024m;     # = NDSTORE_MAX_CUTOUT_BYTES; beyond it gunicorn waits
             proxy_connect_timeout 10s;
             proxy_read_timeout {settings.upstream_timeout_s}s;
             proxy_send_timeout {settings.upstream_timeout_s}s;
@@ -146,9 +146,12 @@ class Front:
         """gunicorn's settings: one more trusted X-Forwarded-For hop (this front's)."""
         return {**env, "NDSTORE_NUM_PROXIES": str(self.settings.trusted_proxies + 1)}
 
-    def start_gunicorn(self, env: dict[str, str], workers: int, threads: int) -> subprocess.Popen[bytes]:
+    def start_gunicorn(self, env: dict[str, str], workers: int | None, threads: int | None) -> subprocess.Popen[bytes]:
+        """gunicorn on the socket; workers and threads as given, else deploy/gunicorn.conf.py's."""
         cmd = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"),
-               "--bind", f"unix:{self.socket}", "--workers", str(workers), "--threads", str(threads)]
+               "--bind", f"unix:{self.socket}"]
+        cmd += ["--workers", str(workers)] if workers else []
+        cmd += ["--threads", str(threads)] if threads else []
         return subprocess.Popen(cmd, env=self.gunicorn_environment(env), cwd=ROOT)
 
     def start_nginx(self) -> subprocess.Popen[bytes]:
@@ -169,7 +172,7 @@ class Front:
             return True
 
 
-def serve(host: str, port: int, workers: int, threads: int, state_dir: Path) -> int:
+def serve(host: str, port: int, workers: int | None, threads: int | None, state_dir: Path) -> int:
     """Run one web node (the image's command): the front on host:port, gunicorn behind it, until
     SIGINT/SIGTERM or until either exits; then stop both (nginx first: no new requests)."""
     import signal

@@ -114,6 +114,35 @@ def test_concurrent_misses_fetch_once(cache_tier: CacheTier) -> None:
     assert sorted(fetched) == sorted(set(fetched)) and len(fetched) == 8
 
 
+def test_a_write_that_replaces_a_supercuboid_whole_reads_nothing_of_the_old_one(cache_tier: CacheTier) -> None:
+    """No page-in for a supercuboid the write covers whole; one it covers in part is paged in,
+    and both read back exactly, from the cache and, once written back, from the base tier."""
+    sc = CHANNEL.grid(0).supercuboid
+    cache_tier._base.write(cut(Box((0, 0, 0), EXTENT.hi)), np.full((1, *EXTENT.shape_zyx), 7, np.uint16))
+    fetched: list[str] = []
+    real = cache_tier._base.objects.get_many
+
+    def counting(keys: Any) -> Any:
+        fetched.extend(keys)
+        return real(keys)
+
+    cache_tier._base.objects.get_many = counting  # type: ignore[method-assign]
+    whole = Box((0, 0, 0), sc)
+    data = np.arange(np.prod(whole.shape_zyx), dtype=np.uint16).reshape(1, *whole.shape_zyx)
+    cache_tier.write(cut(whole), data)
+    assert fetched == []
+    part = Box((sc[0], 0, 0), (sc[0] + 5, 5, 5))
+    cache_tier.write(cut(part), np.ones((1, 5, 5, 5), np.uint16))
+    assert len(fetched) == 1
+    np.testing.assert_array_equal(cache_tier.read(cut(whole)), data)
+    expected = np.full((1, *EXTENT.shape_zyx), 7, np.uint16)
+    expected[0, :sc[2], :sc[1], :sc[0]] = data[0]
+    expected[0, :5, :5, sc[0]:sc[0] + 5] = 1
+    np.testing.assert_array_equal(cache_tier.read(cut(Box((0, 0, 0), EXTENT.hi))), expected)
+    cache_tier.flush_all()
+    np.testing.assert_array_equal(cache_tier.read_raw(cut(Box((0, 0, 0), EXTENT.hi))), expected)
+
+
 def test_all_zero_supercuboids_are_cached_as_known_zero(cache_tier: CacheTier) -> None:
     got = cache_tier.read(cut(Box((0, 0, 0), (10, 10, 2))))
     assert not got.any()
