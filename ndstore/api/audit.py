@@ -54,7 +54,7 @@ def _body(request: HttpRequest) -> Any:
 def client_address(request: HttpRequest) -> str:
     """The client's address as the rate limits see it: X-Forwarded-For's hop that the trusted
     proxies (NDSTORE_NUM_PROXIES, the node's own front included) vouch for."""
-    return BaseThrottle().get_ident(request)  # type: ignore[arg-type]
+    return BaseThrottle().get_ident(request) or ""  # type: ignore[arg-type]
 
 
 def _entry(request: HttpRequest, user: Any, status: int | None, target: dict[str, Any] | None) -> AuditEntry:

@@ -56,9 +56,12 @@ def commands() -> None:
 @click.option("--demo/--no-demo", default=False, help="Create the demo dataset if it is missing.")
 @click.option("--s3-endpoint", default=None, help="Keep supercuboids in S3 at this endpoint instead of the data dir.")
 @click.option("--dynamodb-endpoint", default=None, help="Keep the supercuboid index in DynamoDB at this endpoint.")
+@click.option("--merger/--no-merger", default=True, show_default=True,
+              help="Run the NDBlaze merger (a Spark driver: seconds of CPU to start). Without it NDBlaze writes "
+                   "wait in the buffer until a merger runs.")
 @click.option("-v", "--verbose", count=True, help="-v: the libraries' logs too; -vv: debug logs.")
 def up(data_dir: Path, host: str, port: int, workers: int, threads: int, demo: bool,
-       s3_endpoint: str | None, dynamodb_endpoint: str | None, verbose: int) -> None:
+       s3_endpoint: str | None, dynamodb_endpoint: str | None, merger: bool, verbose: int) -> None:
     """Run the whole local stack in the foreground until Ctrl-C."""
     extra = {"NDSTORE_DEMO": "1" if demo else "0"}
     if verbose:
@@ -68,7 +71,8 @@ def up(data_dir: Path, host: str, port: int, workers: int, threads: int, demo: b
         extra.update(NDSTORE_OBJECT_STORE="s3", NDSTORE_S3_ENDPOINT_URL=s3_endpoint)
     if dynamodb_endpoint:
         extra.update(NDSTORE_INDEX="dynamodb", NDSTORE_DYNAMODB_ENDPOINT_URL=dynamodb_endpoint)
-    stack = LocalStack(data_dir.resolve(), host, port, workers=workers, threads=threads, extra_env=extra)
+    stack = LocalStack(data_dir.resolve(), host, port, workers=workers, threads=threads, extra_env=extra,
+                       with_merger=merger)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a stop during start-up is a clean stop too
     try:
         stack.start()
@@ -78,8 +82,9 @@ def up(data_dir: Path, host: str, port: int, workers: int, threads: int, demo: b
     token = os.environ.get("NDSTORE_ADMIN_TOKEN") or _admin_token_file(stack.data_dir).read_text().strip()
     click.echo(f"\nNDStore is up at {stack.url}  (data in {stack.data_dir})")
     click.echo(f"admin token: {token}")
+    merging = f"the NDBlaze merger (Spark, log: {stack.log_dir / 'merger.log'})" if merger else "no NDBlaze merger"
     click.echo("running: nginx + gunicorn (web), 2 redis-servers (cache and locks; NDBlaze), the write-back daemons, "
-               f"the NDBlaze merger (Spark, log: {stack.log_dir / 'merger.log'}), the ingest runner")
+               f"{merging}, the ingest runner")
     click.echo(f"health: {stack.url}/healthz   metrics (staff token): {stack.url}/metrics")
     if demo:
         click.echo(f"demo: {stack.url}/v1/cutout/demo/em/image/0/0:512/0:512/0:16/")

@@ -27,15 +27,20 @@ class Up:
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, merger: bool = True) -> None:
         env = {**os.environ, "NDSTORE_ADMIN_TOKEN": TOKEN, "DJANGO_SETTINGS_MODULE": "ndstore.api.settings.base"}
         for k in [k for k in env if k.startswith("NDSTORE_") and k != "NDSTORE_ADMIN_TOKEN"]:
             env.pop(k)  # the stack's own defaults, not the test session's wiring
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ndstore.cli", "up", "--data-dir", str(self.data_dir),
-             "--port", str(self.port), "--workers", "1"], env=env, start_new_session=True)
-        wait_until(lambda: requests.get(f"{self.url}/v1/blaze/merge/", headers={"Authorization": f"Token {TOKEN}"},
-                                        timeout=2).json()["merger"], "ndstore up, its merger included", timeout=180)
+             "--port", str(self.port), "--workers", "1", "--merger" if merger else "--no-merger"],
+            env=env, start_new_session=True)
+        if merger:
+            wait_until(lambda: requests.get(f"{self.url}/v1/blaze/merge/", headers={"Authorization": f"Token {TOKEN}"},
+                                            timeout=2).json()["merger"], "ndstore up, its merger included", timeout=180)
+        else:
+            wait_until(lambda: requests.get(f"{self.url}/healthz", timeout=2).status_code == 200, "ndstore up",
+                       timeout=120)
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -117,7 +122,7 @@ def test_an_ingest_interrupted_by_a_restart_of_the_whole_stack_resumes_to_the_ex
     box = Box((0, 0, 0), (1024, 768, 16))  # 192 tiles of 256, 4 supercuboids (one all zero)
     volume = source_volume(box)
     write_tiles(tmp_path / "tiles", volume)
-    up.start()
+    up.start(merger=False)  # ingest needs no NDBlaze merger
     up.create("ing", (1024, 1024, 80), "c", {"datatype": "uint8"})
 
     def ingest(*args: str) -> subprocess.Popen[str]:
@@ -137,7 +142,7 @@ def test_an_ingest_interrupted_by_a_restart_of_the_whole_stack_resumes_to_the_ex
     os.killpg(first.pid, signal.SIGKILL)  # its client lost the service; a lab would run it again
     first.wait()
 
-    up.start()
+    up.start(merger=False)
     before = status(job)
     assert 30 <= before["tiles"]["uploaded"] < 192, before
     second = ingest("--job", str(job))
