@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,6 +140,7 @@ class Front:
         self.state_dir = state_dir
         self.listen = f"{host}:{port}"
         self.settings = FrontSettings.from_environment(env)
+        self.nginx = nginx_executable()  # refuse at once, before anything is started
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.socket = upstream_socket(state_dir)
         self.socket.unlink(missing_ok=True)
@@ -157,7 +160,7 @@ class Front:
     def start_nginx(self) -> subprocess.Popen[bytes]:
         conf = self.state_dir / "nginx.conf"
         conf.write_text(nginx_config(self.listen, f"unix:{self.socket}", self.state_dir, self.settings))
-        exe = nginx_executable()
+        exe = self.nginx
         # -e: its own error log from the first line on (not the packaged /var/log/nginx)
         args = ["-c", str(conf), "-p", str(self.state_dir), "-e", str(self.state_dir / "error.log")]
         check = subprocess.run([exe, "-t", "-q", *args], capture_output=True, text=True)
@@ -175,9 +178,6 @@ class Front:
 def serve(host: str, port: int, workers: int | None, threads: int | None, state_dir: Path) -> int:
     """Run one web node (the image's command): the front on host:port, gunicorn behind it, until
     SIGINT/SIGTERM or until either exits; then stop both (nginx first: no new requests)."""
-    import signal
-    import time
-
     env = dict(os.environ)
     front = Front(state_dir, host, port, env)
     stop = {"signal": 0}

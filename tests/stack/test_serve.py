@@ -1,0 +1,50 @@
+"""`ndstore serve`, the image's command: the front on --bind, gunicorn behind it on a Unix socket
+under the data dir, both stopped by one SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import requests
+
+from ndstore.ops.localstack import ROOT, free_port, wait_until
+
+
+def test_serve_runs_the_front_before_gunicorn_and_stops_both(tmp_path: Path, redis_url: str) -> None:
+    port = free_port()
+    env = {**os.environ, "NDSTORE_DATA_DIR": str(tmp_path), "NDSTORE_REDIS_URL": redis_url,
+           "NDSTORE_BLAZE_REDIS_URL": redis_url, "NDSTORE_WEB_WORKERS": "1",
+           "DJANGO_SETTINGS_MODULE": "ndstore.api.settings.base"}
+    proc = subprocess.Popen([sys.executable, "-m", "ndstore.cli", "serve", "--bind", f"127.0.0.1:{port}"],
+                            env=env, cwd=ROOT, start_new_session=True)
+    try:
+        answer = wait_until_answered(f"http://127.0.0.1:{port}/healthz")
+        assert answer.status_code in (200, 503) and "parts" in answer.json()  # gunicorn answered, via nginx
+        assert answer.headers["Server"].startswith("nginx")
+        assert (tmp_path / "front" / "web.sock").is_socket()
+        assert "proxy_request_buffering on;" in (tmp_path / "front" / "nginx.conf").read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        left = subprocess.run(["pgrep", "-f", str(tmp_path / "front")], capture_output=True, text=True).stdout
+        assert not left.strip(), left  # nginx stopped with it
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def wait_until_answered(url: str) -> requests.Response:
+    answers: list[requests.Response] = []
+
+    def answered() -> bool:
+        r = requests.get(url, timeout=5)
+        if r.status_code == 502:  # the front is up, gunicorn not yet
+            return False
+        answers.append(r)
+        return True
+
+    wait_until(answered, f"ndstore serve at {url}", timeout=60)
+    return answers[-1]
