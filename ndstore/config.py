@@ -68,7 +68,7 @@ class Config:
     max_body_bytes: int = _env("NDSTORE_MAX_BODY_BYTES", GiB, int)
     max_cutout_bytes: int = _env("NDSTORE_MAX_CUTOUT_BYTES", GiB, int)
     # what one web worker process may hold for data requests at once (ndstore/api/budget.py);
-    # None: room for the largest request plus a half (3 x NDSTORE_MAX_CUTOUT_BYTES)
+    # None: room for the largest write (4 x NDSTORE_MAX_CUTOUT_BYTES)
     worker_bytes_in_flight: int | None = _env("NDSTORE_WORKER_BYTES_IN_FLIGHT", None, int)
     # the part of it anonymous requests may hold together; also the most one of them may cost
     anon_bytes_in_flight: int = _env("NDSTORE_ANON_BYTES_IN_FLIGHT", 512 * 1024 * 1024, int)

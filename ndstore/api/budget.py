@@ -1,15 +1,17 @@
 """Bytes in flight per web worker: no client, and no crowd of anonymous ones, can make a worker
 hold more memory than it may.
 
-A data request (cutout, ids, slice image, precomputed chunk) reserves what it will hold, about
-twice its array (the array and its encoded answer, or the body and its decoded array), once it is
-authenticated and its box is validated, before it reads anything. A worker process has
-NDSTORE_WORKER_BYTES_IN_FLIGHT (default 3 x NDSTORE_MAX_CUTOUT_BYTES: the largest request and a
-half); anonymous requests share NDSTORE_ANON_BYTES_IN_FLIGHT of it (512 MiB), which is also the
-most one of them may cost. Beyond its budget a request is refused at once with 503 and Retry-After
-(another worker or a moment later may have room); a request that could never fit is 413. The
-reservation ends when the response has been handed to the front (Django's request_finished, sent
-by the WSGI server in the request's own thread when it closes the response).
+A data request (cutout, ids, slice image, precomputed chunk) reserves what it will hold once it
+is authenticated and its box is validated, before it reads anything: a read 3 x its array (the
+cached blobs, the array, its encoded answer), a write 4 x (the body as read, its decoded array,
+the merged and compressed cuboids, the commands that store them), as measured by RSS
+(docs/design/serving.md). A worker process has NDSTORE_WORKER_BYTES_IN_FLIGHT (default 4 x
+NDSTORE_MAX_CUTOUT_BYTES: room for the largest write); anonymous requests share
+NDSTORE_ANON_BYTES_IN_FLIGHT of it (512 MiB), which is also the most one of them may cost.
+Beyond its budget a request is refused at once with 503 and Retry-After (another worker or a
+moment later may have room); a request that could never fit is 413. The reservation ends when
+the response has been handed to the front (Django's request_finished, sent by the WSGI server in
+the request's own thread when it closes the response).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from django.core.signals import request_finished, request_started
 from ndstore.core.errors import Busy, PayloadTooLarge
 from ndstore.wiring import services
 
-HOLD_FACTOR = 2  # bytes held per byte of the request's array
+READ_FACTOR, WRITE_FACTOR = 3, 4  # bytes held per byte of the request's array
 
 
 class ByteBudget:
@@ -37,7 +39,7 @@ class ByteBudget:
             who = "an anonymous request" if anonymous else "a request"
             hint = "; send a token, or ask for a smaller box" if anonymous else "; ask for a smaller box"
             raise PayloadTooLarge(f"{who} may hold at most {limit} bytes in a web worker and this one needs {cost} "
-                                  f"({HOLD_FACTOR} x its array){hint}")
+                                  f"(a read holds {READ_FACTOR} x its array, a write {WRITE_FACTOR} x){hint}")
         with self._guard:
             if self._held + cost > self.total or (anonymous and self._held_anonymous + cost > self.anonymous):
                 share = f"; anonymous: {self._held_anonymous} of {self.anonymous}" if anonymous else ""
@@ -69,16 +71,17 @@ def worker_budget() -> ByteBudget:
         with _budget_guard:
             if _budget is None:
                 config = services().config
-                total = config.worker_bytes_in_flight or 3 * config.max_cutout_bytes
+                total = config.worker_bytes_in_flight or WRITE_FACTOR * config.max_cutout_bytes
                 _budget = ByteBudget(total, config.anon_bytes_in_flight)
     return _budget
 
 
 def reserve(request: Any, array_bytes: int) -> None:
-    """Reserve what this request will hold for an array of `array_bytes`, until its response is
-    closed; raises Busy (503) or PayloadTooLarge (413)."""
+    """Reserve what this request will hold for an array of `array_bytes` (by its method: a read or
+    a write), until its response is closed; raises Busy (503) or PayloadTooLarge (413)."""
     anonymous = not getattr(request, "user", None) or not request.user.is_authenticated
-    cost = HOLD_FACTOR * array_bytes
+    reading = request.method in ("GET", "HEAD")
+    cost = (READ_FACTOR if reading else WRITE_FACTOR) * array_bytes
     worker_budget().take(cost, anonymous)
     held = getattr(_requests, "held", None)
     if held is None:
