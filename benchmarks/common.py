@@ -320,7 +320,8 @@ class Stack:
     session_headers: dict[str, str]
     redis_url: str = ""
     blaze_redis_url: str = ""
-    pids: list[int] = field(default_factory=list)  # the Redis servers, daemons, gunicorn (workers are its children)
+    pids: list[int] = field(default_factory=list)  # Redis servers, daemons, gunicorn (workers are its children), nginx
+    gunicorn_pid: int = 0  # gunicorn's master
 
     def session(self) -> requests.Session:
         s = requests.Session()
@@ -331,8 +332,8 @@ class Stack:
 @contextmanager
 def local_stack(extra_env: dict[str, str], workers: int = 2, threads: int = 4,
                 with_merger: bool = True) -> Iterator[Stack]:
-    """`ndstore up`'s stack (Redis, daemons, gunicorn) on free 127.0.0.1 ports, data in a temporary
-    directory, the admin token ADMIN_TOKEN; gunicorn logs warnings only."""
+    """`ndstore up`'s stack (Redis, daemons, gunicorn behind its nginx front) on free 127.0.0.1
+    ports, data in a temporary directory, the admin token ADMIN_TOKEN; gunicorn logs warnings only."""
     with tempfile.TemporaryDirectory(prefix="ndbench-") as tmp:
         env = {"NDSTORE_ADMIN_TOKEN": ADMIN_TOKEN, "GUNICORN_CMD_ARGS": "--log-level warning", **extra_env}
         stack = LocalStack(Path(tmp), port=free_port(), workers=workers, threads=threads, extra_env=env,
@@ -341,7 +342,8 @@ def local_stack(extra_env: dict[str, str], workers: int = 2, threads: int = 4,
             stack.start()
             yield Stack(stack.url, {"Authorization": f"Token {ADMIN_TOKEN}"},
                         f"redis://127.0.0.1:{stack.redis_port}/0", f"redis://127.0.0.1:{stack.blaze_redis_port}/0",
-                        [p.pid for p in stack.procs])
+                        [p.pid for p in stack.procs],
+                        next(p.pid for p in stack.procs if "gunicorn" in " ".join(map(str, p.args))))
         finally:
             stack.stop()
 

@@ -101,7 +101,7 @@ def main() -> None:
         prefix = create_dataset(stack, (SC[0] * THREADS, SC[1], SC[2]))
         work = workloads(stack, prefix, bodies)
         run_for(work["cache_write"], 2)  # every region stored and hot
-        gunicorn = stack.pids[-1]
+        gunicorn = stack.gunicorn_pid
         for name in args.names:
             collapsed = RESULTS / f"profile_{name}.txt"
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(gunicorn),
