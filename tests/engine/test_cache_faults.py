@@ -58,7 +58,10 @@ def test_concurrent_processes_never_see_torn_boxes(tmp_path: Path, redis_url: st
     np.testing.assert_array_equal(tier._base.read(cut(SHARED)), tier.read(cut(SHARED)))  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("appendfsync", ["always", "everysec"])
+# `everysec` is not here: it may lose a write acknowledged while a background fsync ran (Redis
+# postpones the AOF write behind it); tests/faults/test_redis_aof_fsync.py shows it as a strict
+# xfail. It passed here most runs and failed in CI once (a write's cuboids read back as zeros).
+@pytest.mark.parametrize("appendfsync", ["always"])
 def test_acknowledged_writes_survive_redis_sigkill(tmp_path: Path, appendfsync: str) -> None:
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
