@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from ndstore.ops.processes import on_stop_signal, run_until_stopped, stop_in_reverse, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_UNIX_PATH = 100  # sun_path holds 108 bytes
@@ -180,30 +180,16 @@ def serve(host: str, port: int, workers: int | None, threads: int | None, state_
     SIGINT/SIGTERM or until either exits; then stop both (nginx first: no new requests)."""
     env = dict(os.environ)
     front = Front(state_dir, host, port, env)
-    stop = {"signal": 0}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda s, _f: stop.update(signal=s))
+    stopped = on_stop_signal()
     procs = [front.start_gunicorn(env, workers, threads)]
     try:
-        deadline = time.monotonic() + 120
-        while not stop["signal"] and procs[0].poll() is None:
-            try:
-                if front.gunicorn_ready():
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("gunicorn did not start listening within 120 s") from None
-                time.sleep(0.1)
-        if not stop["signal"] and procs[0].poll() is None:
+        def settled() -> bool:  # listening, exited, or told to stop
+            return stopped() or procs[0].poll() is not None or front.gunicorn_ready()
+
+        wait_until(settled, "gunicorn", timeout=120)
+        if not stopped() and procs[0].poll() is None:
             procs.append(front.start_nginx())
-        while not stop["signal"] and all(p.poll() is None for p in procs):
-            time.sleep(0.2)
+        signalled = run_until_stopped(procs, stopped)
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-    return 0 if stop["signal"] else 1
+        stop_in_reverse(procs, timeout_s=60)
+    return 0 if signalled else 1

@@ -16,17 +16,16 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 
 from ndstore.ops.front import Front
+from ndstore.ops.processes import on_stop_signal, run_until_stopped, stop_in_reverse, wait_until
 from ndstore.storage.blaze_buffer import RedisMergerPresence
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,18 +41,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_until(check: object, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():  # type: ignore[operator]
-                return
-        except Exception:  # noqa: BLE001 - the service is not up yet
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{what} did not start within {timeout:.0f}s")
 
 
 def start_redis(data_dir: Path, port: int, appendfsync: str = "always",
@@ -202,23 +189,13 @@ class LocalStack:
 
     def wait(self) -> int:
         """Block until a signal arrives or a service dies; then stop everything."""
-        stop = {"signal": 0}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda s, _f: stop.update(signal=s))
-        while not stop["signal"] and all(p.poll() is None for p in self.procs):
-            time.sleep(0.2)
+        signalled = run_until_stopped(self.procs, on_stop_signal())
         self.stop()
-        return 0 if stop["signal"] else 1
+        return 0 if signalled else 1
 
     def stop(self) -> None:
         """Stop in reverse order of start, each fully before the next: nginx and gunicorn first (no
         new writes), then the ingest runner and the merger (each finishes its batch or round), the
         daemons (which write back everything dirty), then the Redis servers."""
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-            try:
-                proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_in_reverse(self.procs, timeout_s=120)
         self.procs.clear()

@@ -93,19 +93,25 @@ def test_cache_model(redis_url: str, tmp_path: Path) -> None:
     runner.runTest()
 
 
-def test_concurrent_misses_fetch_once(cache_tier: CacheTier) -> None:
-    import threading
-
-    box = Box((0, 0, 0), EXTENT.hi)
-    cache_tier._base.write(cut(box), np.ones((1, *box.shape_zyx), np.uint16))
+def count_base_gets(tier: CacheTier) -> list[str]:
+    """The object keys the tier GETs from its base tier from now on, as a list that grows."""
     fetched: list[str] = []
-    real = cache_tier._base.objects.get_many
+    real = tier._base.objects.get_many
 
     def counting(keys: Any) -> Any:
         fetched.extend(keys)
         return real(keys)
 
-    cache_tier._base.objects.get_many = counting  # type: ignore[method-assign]
+    tier._base.objects.get_many = counting  # type: ignore[method-assign]
+    return fetched
+
+
+def test_concurrent_misses_fetch_once(cache_tier: CacheTier) -> None:
+    import threading
+
+    box = Box((0, 0, 0), EXTENT.hi)
+    cache_tier._base.write(cut(box), np.ones((1, *box.shape_zyx), np.uint16))
+    fetched = count_base_gets(cache_tier)
     threads = [threading.Thread(target=cache_tier.read, args=(cut(box),)) for _ in range(4)]
     for t in threads:
         t.start()
@@ -119,14 +125,7 @@ def test_a_write_that_replaces_a_supercuboid_whole_reads_nothing_of_the_old_one(
     and both read back exactly, from the cache and, once written back, from the base tier."""
     sc = CHANNEL.grid(0).supercuboid
     cache_tier._base.write(cut(Box((0, 0, 0), EXTENT.hi)), np.full((1, *EXTENT.shape_zyx), 7, np.uint16))
-    fetched: list[str] = []
-    real = cache_tier._base.objects.get_many
-
-    def counting(keys: Any) -> Any:
-        fetched.extend(keys)
-        return real(keys)
-
-    cache_tier._base.objects.get_many = counting  # type: ignore[method-assign]
+    fetched = count_base_gets(cache_tier)
     whole = Box((0, 0, 0), sc)
     data = np.arange(np.prod(whole.shape_zyx), dtype=np.uint16).reshape(1, *whole.shape_zyx)
     cache_tier.write(cut(whole), data)

@@ -7,7 +7,10 @@ import io
 import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import requests
 
 from tests.api.conftest import _wired, admin, dataset, grant  # noqa: F401  (fixtures for this folder)
 
@@ -71,3 +74,25 @@ def token_for(username: str, **flags: Any) -> tuple[Any, str]:
 
     user = User.objects.create(username=username, **flags)
     return user, ApiToken.mint(user)[1]
+
+
+def admin_session(data_dir: Path) -> requests.Session:
+    """A session with the admin token of the `ndstore up` stack whose data dir is `data_dir`."""
+    s = requests.Session()
+    s.headers["Authorization"] = f"Token {(data_dir / 'admin_token').read_text().strip()}"
+    return s
+
+
+def public_dataset(s: requests.Session, url: str, name: str, frame: tuple[int, int, int],
+                   channels: dict[str, dict[str, str]]) -> None:
+    """Over HTTP: a frame, a public collection `name`, its experiment `e` (one level) and
+    `channels` (name -> fields), each answered 201."""
+    x, y, z = frame
+    experiment = f"{url}/v1/collection/{name}/experiment/e"
+    steps = [(f"{url}/v1/coord/{name}_f/", {"x_stop": x, "y_stop": y, "z_stop": z}),
+             (f"{url}/v1/collection/{name}/", {"public": True}),
+             (f"{experiment}/", {"coord_frame": f"{name}_f", "num_hierarchy_levels": 1, "public": True}),
+             *((f"{experiment}/channel/{ch}/", {**fields, "public": True}) for ch, fields in channels.items())]
+    for path, body in steps:
+        r = s.post(path, json=body, timeout=10)
+        assert r.status_code == 201, (path, r.status_code, r.text)

@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from ndstore.ops.localstack import MALLOC_TUNING, LocalStack, free_port
+from tests.security.conftest import admin_session, public_dataset
 
 MiB = 1 << 20
 MAX_CUTOUT = 64 * MiB
@@ -47,18 +48,10 @@ def _peak_rss(pid: int) -> int:
 
 
 def test_the_largest_requests_at_once_stay_under_the_bound(stack: LocalStack) -> None:
-    token = (stack.data_dir / "admin_token").read_text().strip()
-    s = requests.Session()
-    s.headers["Authorization"] = f"Token {token}"
+    s = admin_session(stack.data_dir)
     url = f"{stack.url}/v1"
-    for path, body in ((f"{url}/coord/mem_f/", {"x_stop": 1024, "y_stop": 1024, "z_stop": 64}),
-                       (f"{url}/collection/mem/", {"public": True}),
-                       (f"{url}/collection/mem/experiment/e/", {"coord_frame": "mem_f", "num_hierarchy_levels": 1,
-                                                                "public": True}),
-                       (f"{url}/collection/mem/experiment/e/channel/img/", {"datatype": "uint8", "public": True}),
-                       (f"{url}/collection/mem/experiment/e/channel/ann/", {"datatype": "uint64", "type": "annotation",
-                                                                            "public": True})):
-        assert s.post(path, json=body, timeout=10).status_code == 201, path
+    public_dataset(s, stack.url, "mem", (1024, 1024, 64),
+                   {"img": {"datatype": "uint8"}, "ann": {"datatype": "uint64", "type": "annotation"}})
     raw = {"Accept": "application/octet-stream"}
     img, ann = f"{url}/cutout/mem/e/img/0", f"{url}/cutout/mem/e/ann/0"
     assert s.get(f"{img}/0:64/0:64/0:8/", headers=raw, timeout=10).status_code == 200  # everything imported

@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from ndstore.ops.localstack import LocalStack, free_port
+from tests.security.conftest import admin_session, public_dataset
 
 HEADER_TIMEOUT_S = 2
 BODY_TIMEOUT_S = 2
@@ -45,19 +46,11 @@ def token(stack: LocalStack) -> str:
 
 
 @pytest.fixture(scope="module")
-def public_channel(stack: LocalStack, token: str) -> str:
+def public_channel(stack: LocalStack) -> str:
     """A public uint8 channel of 512 x 512 x 64 voxels: its whole box is a 16 MiB raw response."""
-    s = requests.Session()
-    s.headers["Authorization"] = f"Token {token}"
-    url = f"{stack.url}/v1"
-    for path, body in ((f"{url}/coord/slow_f/", {"x_stop": 512, "y_stop": 512, "z_stop": 64}),
-                       (f"{url}/collection/slow/", {"public": True}),
-                       (f"{url}/collection/slow/experiment/e/", {"coord_frame": "slow_f", "num_hierarchy_levels": 1,
-                                                                 "public": True}),
-                       (f"{url}/collection/slow/experiment/e/channel/c/", {"datatype": "uint8", "public": True})):
-        r = s.post(path, json=body, timeout=10)
-        assert r.status_code == 201, (path, r.status_code, r.text)
-    return f"{url}/cutout/slow/e/c/0/0:512/0:512/0:64/"
+    public_dataset(admin_session(stack.data_dir), stack.url, "slow", (512, 512, 64),
+                   {"c": {"datatype": "uint8"}})
+    return f"{stack.url}/v1/cutout/slow/e/c/0/0:512/0:512/0:64/"
 
 
 def _connect(stack: LocalStack) -> socket.socket:
