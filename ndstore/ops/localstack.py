@@ -25,7 +25,7 @@ from pathlib import Path
 import redis
 
 from ndstore.ops.front import Front
-from ndstore.ops.processes import on_stop_signal, run_until_stopped, stop_in_reverse, wait_until
+from ndstore.ops.processes import StartFailed, on_stop_signal, run_until_stopped, stop_in_reverse, wait_until
 from ndstore.storage.blaze_buffer import RedisMergerPresence
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,20 +170,20 @@ class LocalStack:
 
     def _web_ready(self) -> bool:
         if any(p.poll() is not None for p in self.procs):
-            raise RuntimeError("a service of the local stack exited during start-up")
+            raise StartFailed("a service of the local stack exited during start-up")
         assert self.front is not None
         return self.front.gunicorn_ready()
 
     def _front_ready(self) -> bool:
         if any(p.poll() is not None for p in self.procs):
-            raise RuntimeError("a service of the local stack exited during start-up (the front's log: "
+            raise StartFailed("a service of the local stack exited during start-up (the front's log: "
                                f"{self.data_dir / 'front' / 'error.log'})")
         with socket.create_connection((self.host, self.port), timeout=1):
             return True
 
     def _merger_ready(self) -> bool:
         if any(p.poll() is not None for p in self.procs):
-            raise RuntimeError("a service of the local stack exited during start-up")
+            raise StartFailed("a service of the local stack exited during start-up")
         with redis.Redis(host="127.0.0.1", port=self.blaze_redis_port) as client:
             return RedisMergerPresence(client).merger() is not None
 

@@ -9,12 +9,20 @@ import time
 from collections.abc import Callable, Sequence
 
 
+class StartFailed(RuntimeError):
+    """Raised by a readiness check that knows waiting longer cannot help (a process exited)."""
+
+
 def wait_until(check: object, what: str, timeout: float = 30.0) -> None:
+    """Poll `check()` until it is true; an exception from it means not yet, but StartFailed ends
+    the wait at once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             if check():  # type: ignore[operator]
                 return
+        except StartFailed:
+            raise
         except Exception:  # noqa: BLE001 - the service is not up yet
             pass
         time.sleep(0.1)

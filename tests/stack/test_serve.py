@@ -7,8 +7,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 import requests
 
 from ndstore.ops.localstack import ROOT, free_port, wait_until
@@ -48,3 +50,18 @@ def wait_until_answered(url: str) -> requests.Response:
 
     wait_until(answered, f"ndstore serve at {url}", timeout=60)
     return answers[-1]
+
+
+def test_a_web_service_that_dies_at_start_fails_the_start_at_once(tmp_path: Path) -> None:
+    """`ndstore up` names the failure as soon as gunicorn exits (it waited out its 60 s before)
+    and leaves nothing running."""
+    from ndstore.ops.localstack import LocalStack
+    from ndstore.ops.processes import StartFailed
+
+    stack = LocalStack(tmp_path, port=free_port(), workers=1, threads=2, with_merger=False,
+                       extra_env={"GUNICORN_CMD_ARGS": "--no-such-flag"})
+    started = time.monotonic()
+    with pytest.raises(StartFailed, match="exited during start-up"):
+        stack.start()
+    assert time.monotonic() - started < 30
+    assert stack.procs == []
