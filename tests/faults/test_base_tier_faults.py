@@ -27,6 +27,7 @@ from tests.faults.conftest import (
     error_message,
     random_box,
     stored_objects_are_indexed,
+    wait_for,
     whole_or_nothing,
 )
 from tests.faults.proxy import Call, Fault, FaultProxy
@@ -119,7 +120,10 @@ def test_cache_writes_are_acknowledged_through_a_base_tier_outage_and_written_ba
                 ref[box.slices_zyx()] = data
             np.testing.assert_array_equal(ch.read_ok(frame), ref)  # the cache serves them meanwhile
             assert stack.redis().zcard("ndc:dirty") > 0  # nothing could be written back
-        assert stack.proxy.count(where=lambda s: s.outcome != "forwarded") > failed_before  # the flusher tried
+            # the flusher tries within the outage: after the first outage it may be backing off
+            # (up to 30 s), so wait for its next try rather than assume one came already
+            wait_for(lambda before=failed_before: stack.proxy.count(where=lambda s: s.outcome != "forwarded") > before,
+                     "the flusher's try during the outage", 40)
     stack.wait_written_back()  # the flusher got through on its own once the base tier was back
     np.testing.assert_array_equal(ch.read_ok(frame, mode="raw"), ref)  # in the base tier, as it is
     np.testing.assert_array_equal(ch.read_ok(frame, "direct/cutout"), ref)
