@@ -1,6 +1,7 @@
 """What the OpenAPI description of the views (drf-spectacular, `/api/schema/`) shares: the JSON
 error body, binary bodies, the token scheme, what the common path parameters mean, and operation
-ids that stay unique where one view serves several routes. The two hooks run from
+ids that stay unique where one view serves several routes, and the Range and ETag headers of the data
+GETs (ndstore.api.browser_http). The hooks run from
 SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]."""
 
 from __future__ import annotations
@@ -153,4 +154,35 @@ def distinct_operation_ids(result: dict[str, Any], **_: Any) -> dict[str, Any]:
                 names[path] += "_without_slash"
             for method, operation in result["paths"][path].items():
                 operation["operationId"] = f"{names[path]}_{ACTIONS[method]}"
+    return result
+
+
+RANGE_HEADERS = [
+    {"name": "Range", "in": "header", "required": False, "schema": {"type": "string"},
+     "description": "one range, `bytes=a-b`, `bytes=a-` or `bytes=-n`: 206 with those bytes of the body (several "
+                    "ranges or a malformed header: the whole body)"},
+    {"name": "If-Range", "in": "header", "required": False, "schema": {"type": "string"},
+     "description": "an ETag: the range only while the body still has it, else the whole body"},
+    {"name": "If-None-Match", "in": "header", "required": False, "schema": {"type": "string"},
+     "description": "ETags the client holds: 304 while the body still has one of them"},
+]
+
+
+def describe_browser_http(result: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """The data GETs answer Range, If-Range and If-None-Match (ndstore.api.browser_http): their
+    headers and the 206, 304 and 416 answers, on every operation that answers 200 with a body."""
+    from ndstore.api.browser_http import is_data_path
+
+    for path, operations in result["paths"].items():
+        operation = operations.get("get")
+        if not is_data_path(path) or operation is None or "200" not in operation.get("responses", {}):
+            continue
+        known = {p["name"] for p in operation.get("parameters", [])}
+        operation.setdefault("parameters", []).extend(h for h in RANGE_HEADERS if h["name"] not in known)
+        ok = operation["responses"]["200"]
+        responses = operation["responses"]
+        responses["206"] = {**ok, "description": "the bytes of the Range asked for, with Content-Range"}
+        responses.setdefault("304", {"description": "not modified: the If-None-Match ETag still holds"})
+        error = {"content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}}
+        responses["416"] = {**error, "description": "the range starts past the end of the body"}
     return result

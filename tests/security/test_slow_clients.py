@@ -152,3 +152,22 @@ def test_one_client_cannot_hold_unbounded_requests(stack: LocalStack, token: str
     time.sleep(0.2)
     r = requests.get(f"{stack.url}/v1/collection/", headers={"Authorization": f"Token {token}"}, timeout=10)
     assert r.status_code == 200
+
+
+def test_ranges_head_and_etags_pass_the_front_unchanged(stack: LocalStack, public_channel: str) -> None:
+    """What browser_http answers reaches the client through nginx: 206 with only the range's
+    bytes, HEAD with the whole length and no body, 304 for a matching ETag."""
+    raw = {"Accept": "application/octet-stream"}
+    whole = requests.get(public_channel, headers=raw, timeout=30)
+    assert whole.status_code == 200 and len(whole.content) == 512 * 512 * 64
+    part = requests.get(public_channel, headers={**raw, "Range": "bytes=1000-1999"}, timeout=30)
+    assert part.status_code == 206 and part.content == whole.content[1000:2000]
+    assert part.headers["Content-Range"] == f"bytes 1000-1999/{len(whole.content)}"
+    head = requests.head(public_channel, headers=raw, timeout=30)
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["Content-Length"] == str(len(whole.content)) and head.headers["ETag"] == whole.headers["ETag"]
+    again = requests.get(public_channel, headers={**raw, "If-None-Match": whole.headers["ETag"]}, timeout=30)
+    assert again.status_code == 304 and again.content == b""
+    latest = requests.get(public_channel.replace("/v1/", "/latest/", 1), headers={**raw, "Range": "bytes=0-9"},
+                          timeout=30)
+    assert latest.status_code == 206 and latest.content == whole.content[:10]

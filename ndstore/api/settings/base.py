@@ -29,6 +29,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "ndstore.api.latest.LatestIsV1",  # /latest/... is /v1/... for everything below
     "ndstore.api.operations.Operations",  # /healthz (before host checks) and the per-request log line
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # the admin's and the docs page's static files
@@ -39,6 +40,7 @@ MIDDLEWARE = [
     "ndstore.api.meta_cache.RequestGeneration",
     "ndstore.api.audit.AuditMiddleware",
     "ndstore.api.gate.RequestGate",  # no body is read before this: see ndstore/api/gate.py
+    "ndstore.api.browser_http.BrowserHTTP",  # CORS, ETag, Range, HEAD on the data GETs
 ]
 
 ROOT_URLCONF = "ndstore.api.urls"
@@ -106,7 +108,8 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,  # request bodies without the read-only fields of the responses
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "ndstore.api.schema.describe_path_parameters",
-                             "ndstore.api.schema.distinct_operation_ids"],
+                             "ndstore.api.schema.distinct_operation_ids",
+                             "ndstore.api.schema.describe_browser_http"],
 }
 
 # Our own loggers at NDSTORE_LOG_LEVEL (INFO: one line per request, `ndstore.requests`); the

@@ -79,7 +79,7 @@ class SliceImageView(JSONErrors, APIView):
         pixels = slices.displayable(slices.plane_of(data, self.orientation), chan.type == "annotation",
                                     slices.Window.parse(window) if window else None, file_format)
         body = slices.encode_image(pixels, file_format, quality)
-        return cacheable(request, body, request.accepted_renderer.media_type, coll.public, "Accept, Authorization")
+        return cacheable(body, request.accepted_renderer.media_type, coll.public, "Accept, Authorization")
 
 
 class XYImage(SliceImageView):

@@ -2,7 +2,7 @@
 plug-in: `/precomputed/{c}/{e}/{ch}/info` and `.../{scale_key}/{x0}-{x1}_{y0}-{y1}_{z0}-{z1}`
 chunks, read through the cache tier. `.../{c}/{e}/{ch}/{encoding}/...` (`raw` or
 `compressed_segmentation`) is the same volume in an encoding other than the channel's default.
-Every response, errors and preflights included, carries CORS headers: viewers run on other origins.
+Every response, errors and preflights included, carries CORS headers (ndstore.api.browser_http).
 The path tails are here (ROUTES, with their converters); ndstore.api.urls mounts them.
 """
 
@@ -20,7 +20,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import auth, budget, lookups
+from ndstore.api import auth, browser_http, budget, lookups
 from ndstore.api.caching import cacheable
 from ndstore.api.models import Channel
 from ndstore.api.schema import errors
@@ -29,16 +29,6 @@ from ndstore.core.errors import NotFound
 from ndstore.core.geometry import Box
 from ndstore.engine.volume import ChannelVolume, make_cutout
 from ndstore.wiring import services
-
-CORS_HEADERS = {
-    "Access-Control-Allow-Origin": "*",
-    "Access-Control-Expose-Headers": "ETag, Content-Length, Content-Type, Cache-Control",
-}
-PREFLIGHT_HEADERS = {
-    "Access-Control-Allow-Methods": "GET, HEAD, OPTIONS",
-    "Access-Control-Allow-Headers": "Authorization, Content-Type, Range, If-None-Match, Cache-Control",
-    "Access-Control-Max-Age": "86400",
-}
 
 
 class ChunkNameConverter:
@@ -79,16 +69,12 @@ class AnyAccept(BaseContentNegotiation):
 
 
 class PrecomputedView(APIView):
+    """CORS, ETags, Range and HEAD: ndstore.api.browser_http, around every /precomputed/ answer."""
+
     content_negotiation_class = AnyAccept
 
-    def finalize_response(self, request: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
-        response = super().finalize_response(request, response, *args, **kwargs)
-        for name, value in CORS_HEADERS.items():
-            response[name] = value
-        return response
-
     def options(self, request: Any, *args: Any, **kwargs: Any) -> HttpResponse:
-        return HttpResponse(status=204, headers=PREFLIGHT_HEADERS)
+        return browser_http.preflight()
 
 
 def _channel(request: Any, kw: dict[str, Any]) -> tuple[Channel, ChannelVolume, str]:
@@ -131,8 +117,8 @@ INFO = inline_serializer("PrecomputedInfo", {
 })
 
 
-def _file(request: Any, chan: Channel, body: bytes, content_type: str) -> HttpResponse:
-    return cacheable(request, body, content_type, chan.experiment.collection.public, "Authorization")
+def _file(chan: Channel, body: bytes, content_type: str) -> HttpResponse:
+    return cacheable(body, content_type, chan.experiment.collection.public, "Authorization")
 
 
 class InfoView(PrecomputedView):
@@ -145,7 +131,7 @@ class InfoView(PrecomputedView):
             (frame.x_voxel_size, frame.y_voxel_size, frame.z_voxel_size), frame.voxel_unit
         )
         body = json.dumps(precomputed.info(volume, voxel_nm, encoding)).encode()
-        return _file(request, chan, body, "application/json")
+        return _file(chan, body, "application/json")
 
 
 class ChunkView(PrecomputedView):
@@ -167,7 +153,7 @@ class ChunkView(PrecomputedView):
         cutout = make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes)
         budget.reserve(request, cutout.nbytes)
         data = services().tier("cache", "cache").read(cutout)[0]
-        return _file(request, chan, precomputed.encode_chunk(data, encoding), "application/octet-stream")
+        return _file(chan, precomputed.encode_chunk(data, encoding), "application/octet-stream")
 
 
 @extend_schema(summary="Any other precomputed file", responses=errors(401, 404, 429, meanings={
