@@ -1,5 +1,6 @@
 """The demo dataset of `ndstore up --demo`: a public collection with synthetic EM-like uint8
-imagery and a sparse uint64 annotation channel over it."""
+imagery and a sparse uint64 annotation channel over it, every resolution level built (a viewer
+zoomed out sees data, not black)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from ndstore.api import lookups
+from ndstore.api import levels, lookups
 from ndstore.api.models import Channel, Collection, CoordinateFrame, Experiment, Grant
 from ndstore.core import synthetic
 from ndstore.core.geometry import Box
-from ndstore.engine.volume import make_cutout
+from ndstore.engine.volume import ChannelVolume, make_cutout
 from ndstore.wiring import services
 
 DEMO_SHAPE_XYZ = (1024, 1024, 64)
@@ -36,5 +37,18 @@ def create_demo(admin: Any) -> bool:
     limit = 1 << 40
     for chan, data in ((image, synthetic.em_like(box.shape_zyx, seed=1)),
                        (labels, synthetic.sparse_labels(box.shape_zyx, seed=2, dtype=np.uint64))):
-        tier.write(make_cutout(lookups.channel_volume(chan), 0, box, range(0, 1), limit), data[np.newaxis])
+        volume = lookups.channel_volume(chan)
+        tier.write(make_cutout(volume, 0, box, range(0, 1), limit), data[np.newaxis])
+        build_every_level(chan, volume)
     return True
+
+
+def build_every_level(chan: Channel, volume: ChannelVolume) -> None:
+    """The hierarchy, here and now (the demo is small: seconds), as a downsample job would build it."""
+    downsampler = services().downsampler
+    for level in range(1, volume.num_levels):
+        for parent in downsampler.manifest(volume, level):
+            downsampler.build_parent(volume, parent)
+    chan.downsample_status = "DOWNSAMPLED"
+    chan.save(update_fields=["downsample_status"])
+    levels.note_hierarchy_built(chan, volume.num_levels)

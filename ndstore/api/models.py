@@ -78,6 +78,8 @@ class Channel(Resource):
     default_time_sample = models.PositiveIntegerField(default=0)
     sources = models.JSONField(default=list, blank=True)
     downsample_status = models.CharField(max_length=32, default="NOT_DOWNSAMPLED")
+    # Bit r: a client wrote to level r (ndstore.api.levels); the base, bit 0, always counts.
+    written_levels = models.PositiveBigIntegerField(default=1)
     # Cache-tier writes of this channel reach the base tier before they are acknowledged.
     cache_write_through = models.BooleanField(default=False)
 

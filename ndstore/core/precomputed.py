@@ -9,6 +9,7 @@ fastest (Fortran order), which is byte for byte our (z, y, x) C order.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -105,14 +106,15 @@ def scale_info(volume: PrecomputedVolume, level: int, voxel_nm: tuple[float, flo
     return scale
 
 
-def info(volume: PrecomputedVolume, voxel_nm: tuple[float, float, float], encoding: str) -> dict[str, Any]:
-    """The `info` JSON of a channel: one scale per resolution level, finest first."""
+def info(volume: PrecomputedVolume, voxel_nm: tuple[float, float, float], encoding: str,
+         levels: Sequence[int]) -> dict[str, Any]:
+    """The `info` JSON of a channel: one scale per level of `levels` (those that hold data), finest first."""
     return {
         "@type": "neuroglancer_multiscale_volume",
         "type": "segmentation" if volume.annotation else "image",
         "data_type": volume.dtype.name,
         "num_channels": 1,
-        "scales": [scale_info(volume, level, voxel_nm, encoding) for level in range(volume.num_levels)],
+        "scales": [scale_info(volume, level, voxel_nm, encoding) for level in levels],
     }
 
 

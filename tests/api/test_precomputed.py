@@ -60,6 +60,14 @@ def fill_levels(client: APIClient, ds: Dataset, channel: str, frame: Box, method
     return out
 
 
+def write_one_voxel_per_level(client: APIClient, ds: Dataset, channel: str, frame: Box, method: str,
+                              levels: int) -> None:
+    """Levels above the base are advertised once they hold data (ndstore.api.levels)."""
+    for res in range(1, levels):
+        lo = level_extent(frame, res, method).lo  # type: ignore[arg-type]
+        write(client, ds, channel, res, Box(lo, tuple(v + 1 for v in lo)), np.ones((1, 1, 1), ds.channels[channel]))
+
+
 # -- the info file, chunk files, errors and CORS, in-process ---------------------------------------
 
 
@@ -78,6 +86,8 @@ def info_of(client: APIClient, path: str) -> dict[str, Any]:
 
 
 def test_info_of_an_anisotropic_image_channel(admin: APIClient, ng: Dataset) -> None:
+    assert [s["key"] for s in info_of(admin, "/precomputed/ng/e1/img16/info")["scales"]] == ["0"]  # nothing built
+    write_one_voxel_per_level(admin, ng, "img16", Box((10, 5, 3), (300, 200, 50)), "anisotropic", 3)
     info = info_of(admin, "/precomputed/ng/e1/img16/info")
     assert info["@type"] == "neuroglancer_multiscale_volume"
     assert (info["type"], info["data_type"], info["num_channels"]) == ("image", "uint16", 1)
@@ -94,8 +104,9 @@ def test_info_of_an_anisotropic_image_channel(admin: APIClient, ng: Dataset) -> 
 
 
 def test_info_of_an_isotropic_frame_in_micrometers(admin: APIClient) -> None:
-    make_frame_dataset(admin, "iso", lo=(0, 0, 0), hi=(101, 64, 33), voxel=(0.5, 0.5, 0.25), unit="micrometers",
-                       method="isotropic", levels=2, channels={"img8": "uint8"})
+    ds = make_frame_dataset(admin, "iso", lo=(0, 0, 0), hi=(101, 64, 33), voxel=(0.5, 0.5, 0.25),
+                            unit="micrometers", method="isotropic", levels=2, channels={"img8": "uint8"})
+    write_one_voxel_per_level(admin, ds, "img8", Box((0, 0, 0), (101, 64, 33)), "isotropic", 2)
     s0, s1 = info_of(admin, "/precomputed/iso/e1/img8/info")["scales"]
     assert (s0["size"], s0["resolution"], s0["chunk_sizes"]) == ([101, 64, 33], [500.0, 500.0, 250.0], [[64] * 3])
     assert (s1["size"], s1["resolution"]) == ([51, 32, 17], [1000.0, 1000.0, 500.0])

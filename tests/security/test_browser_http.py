@@ -19,7 +19,7 @@ BOX = "0:64/0:64/0:4/"
 @pytest.fixture
 def private(admin: Any) -> dict[str, str]:
     """A private channel holding random voxels; the URLs of its data views and its ETag."""
-    make_dataset(admin, name="secret", levels=1)
+    make_dataset(admin, name="secret", levels=3)
     values = np.random.default_rng(3).integers(1, 255, (4, 64, 64), dtype=np.uint8)
     url = f"/v1/cutout/secret/e1/img8/0/{BOX}"
     r = admin.generic("POST", url, wire.format_for("application/octet-stream").encode(values),
@@ -83,3 +83,21 @@ def test_latest_is_gated_like_v1_and_reads_no_body_first(private: dict[str, str]
 def test_control_plane_gets_no_range_or_cors(admin: Any, private: dict[str, str]) -> None:
     r = admin.get("/v1/collection/", HTTP_RANGE="bytes=0-3")
     assert r.status_code == 200 and "Content-Range" not in r and "Access-Control-Allow-Origin" not in r
+
+
+def test_no_refused_write_marks_a_level_built(admin: Any, private: dict[str, str], grant: Any) -> None:
+    """Which levels a view advertises changes only with a write that was applied: an anonymous
+    one, one without write permission, or one whose body does not decode leaves the info alone."""
+    info = "/precomputed/secret/e1/img8/info"
+    before = admin.get(info).content
+    make_dataset(admin, name="other", levels=3)
+    stranger = grant("stranger", "other", "admin")  # admin elsewhere, nothing here
+    level1 = "/v1/cutout/secret/e1/img8/1/0:4/0:4/0:1/"
+    answers = [wsgi("POST", level1, b"\x01" * 16, content_type="application/octet-stream").status,
+               stranger.generic("POST", level1, b"\x01" * 16, content_type="application/octet-stream").status_code,
+               admin.generic("POST", level1, b"\x01" * 17, content_type="application/octet-stream").status_code,
+               admin.generic("POST", level1, b"BLOSC" * 4, content_type="application/blosc").status_code]
+    assert answers == [401, 403, 400, 400]
+    assert admin.get(info).content == before
+    applied = admin.generic("POST", level1, b"\x01" * 16, content_type="application/octet-stream")
+    assert applied.status_code == 201 and admin.get(info).content != before  # the control: a write that lands

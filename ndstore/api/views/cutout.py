@@ -11,7 +11,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import auth, budget, lookups
+from ndstore.api import auth, budget, levels, lookups
 from ndstore.api.errors import JSONErrors
 from ndstore.api.media import ARRAY_PARSERS, ARRAY_RENDERERS, RAW_BODY_PARSERS, RawBody
 from ndstore.api.schema import binary, binary_responses, errors
@@ -111,11 +111,12 @@ class CutoutView(JSONErrors, APIView):
                   "before the answer for channels with cache_write_through.",
                   "stored; empty body", 400, 401, 403, 404, 413, 415, 503, 507)
     def post(self, request: Any, **kw: Any) -> Response:
-        self._resolve(request, auth.WRITE, kw)
+        chan = self._resolve(request, auth.WRITE, kw)
         data = request.data
         if not isinstance(data, np.ndarray):
             raise InvalidBody("request body is empty")
         services().tier(self.tier, "cache").write(self.cutout, data.reshape(self.cutout.shape))
+        levels.note_written(chan, self.cutout.resolution)
         return Response(status=201)
 
 
@@ -147,11 +148,12 @@ class BlazeCutoutView(CutoutView):
         "answers 503, storing nothing.",
         "buffered; empty body, the header X-NDBlaze-Sequence: <n>", 400, 401, 403, 404, 413, 415, 503)
     def post(self, request: Any, **kw: Any) -> Response:
-        self._resolve(request, auth.WRITE, kw)
+        chan = self._resolve(request, auth.WRITE, kw)
         raw = request.data
         if not isinstance(raw, RawBody):
             raise InvalidBody("request body is empty")
         seq = services().blaze.write_body(self.cutout, raw.body, raw.media_type, self.has_time)
+        levels.note_written(chan, self.cutout.resolution)
         return Response(status=201, headers={"X-NDBlaze-Sequence": str(seq)})
 
 

@@ -16,7 +16,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import audit, auth, lookups
+from ndstore.api import audit, auth, levels, lookups
 from ndstore.api.models import Channel, DownsampleJob
 from ndstore.api.schema import errors
 from ndstore.core.errors import Conflict
@@ -41,6 +41,7 @@ def _refresh(job: DownsampleJob) -> dict[str, Any]:
         job.channel.downsample_status = progress["state"]
         job.channel.save(update_fields=["downsample_status"])
         if progress["state"] == "DOWNSAMPLED":
+            levels.note_hierarchy_built(job.channel, lookups.channel_volume(job.channel).num_levels)
             services().downsample_runs.remove(_spec(job))
     return progress
 
@@ -48,14 +49,15 @@ def _refresh(job: DownsampleJob) -> dict[str, Any]:
 def describe(chan: Channel) -> dict[str, Any]:
     volume = lookups.channel_volume(chan)
     frame = chan.experiment.coord_frame
-    levels = range(volume.num_levels)
+    every = range(volume.num_levels)  # the Boss's geometry of every declared level, built or not
     body: dict[str, Any] = {
         "num_hierarchy_levels": volume.num_levels,
-        "cuboid_size": {str(r): list(volume.grid(r).cuboid) for r in levels},
-        "extent": {str(r): list(volume.extent(r).shape_zyx[::-1]) for r in levels},
+        "built_levels": levels.built_levels(chan, volume.num_levels),
+        "cuboid_size": {str(r): list(volume.grid(r).cuboid) for r in every},
+        "extent": {str(r): list(volume.extent(r).shape_zyx[::-1]) for r in every},
         "voxel_size": {str(r): [frame.x_voxel_size * 2 ** r, frame.y_voxel_size * 2 ** r,
                                 frame.z_voxel_size * (2 ** r if volume.method == "isotropic" else 1)]
-                       for r in levels},
+                       for r in every},
         "status": chan.downsample_status,
     }
     job = _current(chan)
@@ -78,7 +80,12 @@ def _xyz(number: serializers.Field) -> serializers.ListField:
 
 
 HIERARCHY = inline_serializer("Hierarchy", {
-    "num_hierarchy_levels": serializers.IntegerField(),
+    "num_hierarchy_levels": serializers.IntegerField(help_text="declared by the experiment"),
+    "built_levels": serializers.ListField(child=serializers.IntegerField(),
+                                          help_text="the levels that hold data: the base, every level once a build "
+                                                    "finished, and levels clients wrote (`status` is DOWNSAMPLED "
+                                                    "only after a build: Neuroglancer's boss source then shows "
+                                                    "every level, else the base only)"),
     "cuboid_size": _per_level(_xyz(serializers.IntegerField()), "[x, y, z] voxels of a cuboid"),
     "extent": _per_level(_xyz(serializers.IntegerField()), "[x, y, z] voxels of the level"),
     "voxel_size": _per_level(_xyz(serializers.FloatField()), "[x, y, z] voxel size, in the coordinate frame's unit"),

@@ -20,7 +20,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import auth, browser_http, budget, lookups
+from ndstore.api import auth, browser_http, budget, levels, lookups
 from ndstore.api.caching import cacheable
 from ndstore.api.models import Channel
 from ndstore.api.schema import errors
@@ -130,8 +130,8 @@ class InfoView(PrecomputedView):
         voxel_nm = precomputed.voxel_size_nm(
             (frame.x_voxel_size, frame.y_voxel_size, frame.z_voxel_size), frame.voxel_unit
         )
-        body = json.dumps(precomputed.info(volume, voxel_nm, encoding)).encode()
-        return _file(chan, body, "application/json")
+        body = json.dumps(precomputed.info(volume, voxel_nm, encoding, levels.built_levels(chan, volume.num_levels)))
+        return _file(chan, body.encode(), "application/json")
 
 
 class ChunkView(PrecomputedView):

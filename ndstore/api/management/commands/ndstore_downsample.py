@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from ndstore.api import lookups
+from ndstore.api import levels, lookups
 from ndstore.engine.spark import spark_session
 from ndstore.engine.spark_downsample import build_hierarchy
 from ndstore.wiring import downsampler_for, services
@@ -47,6 +47,8 @@ class Command(BaseCommand):
             spark.stop()
         chan.downsample_status = result["state"]
         chan.save(update_fields=["downsample_status"])
+        if result["state"] == "DOWNSAMPLED":
+            levels.note_hierarchy_built(chan, volume.num_levels)
         self.stdout.write(json.dumps(result, indent=1))
         if result["state"] == "FAILED":
             raise CommandError("the build failed; see the levels above")
