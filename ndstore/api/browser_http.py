@@ -1,5 +1,5 @@
 """Browser-grade HTTP on every data GET (cutouts of every tier, ids, slice images, the
-precomputed views): what a viewer running on another origin, or a sharded reader, needs.
+precomputed and zarr views): what a viewer running on another origin, or a sharded reader, needs.
 
 - CORS on every answer of these routes, errors included, and a preflight (OPTIONS with
   Access-Control-Request-Method) answered 204 for reads. Cross-origin writes are not opened:
@@ -23,7 +23,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.cache import get_conditional_response
 
 DATA_PREFIXES = ("/v1/cutout/", "/v1/direct/cutout/", "/v1/blaze/cutout/", "/v1/ids/", "/v1/image/",
-                 "/precomputed/")
+                 "/precomputed/", "/zarr/")
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Expose-Headers": "Content-Range, Content-Length, Content-Encoding, Content-Type, ETag, "

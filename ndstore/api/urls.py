@@ -20,6 +20,7 @@ from ndstore.api.views import (
     precomputed,
     resources,
     unrouted,
+    zarr,
 )
 
 CUTOUT = "<name:collection>/<name:experiment>/<name:channel>/<int:resolution>/<range:x>/<range:y>/<range:z>/"
@@ -85,6 +86,9 @@ urlpatterns = [
       for tail, view in precomputed.ROUTES],
     # (?s): a path with a line break in it is answered too (Django's path converters stop at one)
     re_path(r"^precomputed/(?P<rest>(?s:.+))\Z", precomputed.NoSuchFile.as_view()),
+    *[path(f"zarr/<name:collection>/<name:experiment>/<name:channel>/{tail}", view.as_view())
+      for tail, view in zarr.ROUTES],
+    re_path(r"^zarr/(?P<rest>(?s:.+))\Z", zarr.NoSuchFile.as_view()),
     path("admin/", admin.site.urls),
     path("", include("ndstore.api.views.landing")),  # `/` and `/neuroglancer/`
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -20,6 +20,7 @@ from ndstore.api.views.landing import PUBLIC_NEUROGLANCER
 from tests.api.conftest import make_dataset
 
 LINK = re.compile(r'<a class="neuroglancer" data-channel="([^"]+)" href="([^"]+)"')
+ZARR_LINK = re.compile(r'<a class="neuroglancer-zarr" data-channel="([^"]+)" href="([^"]+)"')
 
 
 @pytest.fixture
@@ -92,6 +93,9 @@ def test_links_point_the_bundled_viewer_at_the_precomputed_source(datasets: None
         assert layer["source"] == f"precomputed://http://ndstore.example:8080/precomputed/{path}"
         assert layer["type"] == kind
         assert layer["name"] == path.rsplit("/", 1)[1]
+    zarr = {ch: href.replace("&amp;", "&") for ch, href in ZARR_LINK.findall(get_page(HTTP_HOST="ndstore.example"))}
+    (layer,) = state_of(zarr["open/e1/img8"])["layers"]
+    assert layer["source"] == "zarr3://http://ndstore.example/zarr/open/e1/img8"
 
 
 def test_without_a_bundle_links_open_the_public_viewer(datasets: None, no_bundle: None) -> None:

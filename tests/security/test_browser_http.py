@@ -27,10 +27,12 @@ def private(admin: Any) -> dict[str, str]:
     assert r.status_code == 201
     whole = admin.get(url, HTTP_ACCEPT="application/octet-stream")
     return {"cutout": url, "precomputed": "/precomputed/secret/e1/img8/0/0-64_0-64_0-4",
-            "image": "/v1/image/secret/e1/img8/xy/0/0:64/0:64/0/", "etag": whole["ETag"]}
+            "image": "/v1/image/secret/e1/img8/xy/0/0:64/0:64/0/", "etag": whole["ETag"],
+            "zarr": "/zarr/secret/e1/img8/0/c/0/0/0/0", "zarr-group": "/zarr/secret/e1/img8/zarr.json",
+            "zarr-array": "/zarr/secret/e1/img8/0/zarr.json"}
 
 
-@pytest.mark.parametrize("view", ["cutout", "precomputed", "image"])
+@pytest.mark.parametrize("view", ["cutout", "precomputed", "image", "zarr", "zarr-group", "zarr-array"])
 def test_a_range_or_an_etag_guess_reveals_nothing_without_the_token(private: dict[str, str], view: str) -> None:
     anonymous = APIClient()
     url = private[view]
@@ -101,3 +103,10 @@ def test_no_refused_write_marks_a_level_built(admin: Any, private: dict[str, str
     assert admin.get(info).content == before
     applied = admin.generic("POST", level1, b"\x01" * 16, content_type="application/octet-stream")
     assert applied.status_code == 201 and admin.get(info).content != before  # the control: a write that lands
+
+
+def test_absurd_zarr_keys_are_404s_that_read_nothing(admin: Any, private: dict[str, str]) -> None:
+    for tail in ("0/c/0/0/0/" + "9" * 40, "0/c/0/0/0/0/0", "99/zarr.json", "0/c/0/0/0/-1", "../../../v1/collection/",
+                 "0/c/0/0/0/0%00", "zarr.json%0A", "0/.zarray", ".zattrs"):
+        r = admin.get(f"/zarr/secret/e1/img8/{tail}")
+        assert r.status_code in (400, 404) and r["Content-Type"] == "application/json", (tail, r.status_code)

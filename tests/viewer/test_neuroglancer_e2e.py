@@ -1,7 +1,8 @@
 """End to end, as a visitor: headless Chromium (Debian's, driven by Playwright) opens the landing
 page of a live server on 127.0.0.1, follows a public channel's "View in Neuroglancer" link to the
 Neuroglancer build this server hosts, and the viewer loads the channel's chunks from
-/precomputed/ and draws them (WebGL through SwiftShader: no GPU needed). Every request the page
+/precomputed/ (by the second link, from /zarr/ as `zarr3://`) and draws them (WebGL through
+SwiftShader: no GPU needed). Every request the page
 and its workers make stays on the live server: the viewer works with no internet access.
 
 Skipped only where Chromium or the Neuroglancer build is missing: `make test` installs both
@@ -101,8 +102,16 @@ def xy_panel_centre(page: Page) -> dict[str, float]:
     return {"x": cx - 32, "y": cy - 32, "width": 64, "height": 64}
 
 
+VIEWS = {  # the landing page's link class -> the view's URL prefix, its metadata file, how a chunk URL looks
+    "neuroglancer": ("precomputed", "info", lambda url: not url.endswith("/info")),
+    "neuroglancer-zarr": ("zarr", "zarr.json", lambda url: "/c/" in url),
+}
+
+
+@pytest.mark.parametrize("link_class", list(VIEWS))
 def test_landing_link_opens_neuroglancer_on_the_channel(live_server: Any, public_channel: str, browser: Browser,
-                                                        tmp_path: Path) -> None:
+                                                        tmp_path: Path, link_class: str) -> None:
+    view, metadata, is_chunk = VIEWS[link_class]
     page = browser.new_page(viewport={"width": 1200, "height": 800})
     requests: list[str] = []
     responses: list[tuple[int, str]] = []
@@ -113,17 +122,17 @@ def test_landing_link_opens_neuroglancer_on_the_channel(live_server: Any, public
 
     page.goto(f"{live_server.url}/")
     page.screenshot(path=str(tmp_path / "landing.png"), full_page=True)
-    link = page.locator(f'a.neuroglancer[data-channel="{public_channel}"]')
+    link = page.locator(f'a.{link_class}[data-channel="{public_channel}"]')
     href = link.get_attribute("href")
     assert href is not None and href.startswith(f"{live_server.url}/neuroglancer/#!"), href
     link.click()
     page.wait_for_url(f"{live_server.url}/neuroglancer/**")
     page.locator("canvas").first.wait_for(state="visible", timeout=TIMEOUT_S * 1000)
 
-    prefix = f"{live_server.url}/precomputed/{public_channel}/"
-    chunks = lambda: [s for s, u in responses if u.startswith(prefix) and not u.endswith("/info")]  # noqa: E731
+    prefix = f"{live_server.url}/{view}/{public_channel}/"
+    chunks = lambda: [s for s, u in responses if u.startswith(prefix) and is_chunk(u)]  # noqa: E731
     wait_for(lambda: chunks().count(200) >= 1, page, f"a chunk from {prefix} (responses: {responses})")
-    assert (200, f"{prefix}info") in responses
+    assert (200, f"{prefix}{metadata}") in responses
     clip = xy_panel_centre(page)
     wait_for(lambda: gray_levels(page.screenshot(clip=clip)) >= 32, page, "the xy panel to show the voxels")
 

@@ -1,6 +1,6 @@
 """The landing page at `/`: the public datasets (collection -> experiment -> channel), each channel
-with its datatype, extent and levels and a "View in Neuroglancer" link whose state reads the
-channel from this server's `/precomputed/` endpoints.
+with its datatype, extent and levels, the URLs of its views (`/precomputed/`, `/zarr/`) and a
+"View in Neuroglancer" link per view whose state reads the channel from this server.
 
 It also serves Neuroglancer itself at `/neuroglancer/`: the static build that
 deploy/neuroglancer/install.sh puts in `<repo>/.neuroglancer/` (or NDSTORE_NEUROGLANCER_DIR), so
@@ -28,6 +28,7 @@ from django.views.static import serve
 
 from ndstore.api import auth
 from ndstore.api.models import Channel
+from ndstore.core.precomputed import NANOMETERS_PER
 
 PUBLIC_NEUROGLANCER = "https://neuroglancer-demo.appspot.com/"
 INSTALLER = "deploy/neuroglancer/install.sh"
@@ -45,15 +46,22 @@ def neuroglancer_installed() -> bool:
     return (neuroglancer_dir() / "index.html").is_file()
 
 
-def neuroglancer_link(viewer: str, source: str, channel: Channel) -> str:
+def neuroglancer_link(viewer: str, source: str, channel: Channel, scheme: str = "precomputed") -> str:
     """A Neuroglancer URL whose state (JSON in the fragment) shows one channel as one layer."""
     layer = {
         "type": "segmentation" if channel.type == "annotation" else "image",
-        "source": f"precomputed://{source}",
+        "source": f"{scheme}://{source}",
         "name": channel.name,
     }
-    state = json.dumps({"layers": [layer]}, separators=(",", ":"))
-    return f"{viewer}#!{quote(state, safe=':/,')}"
+    state: dict[str, Any] = {"layers": [layer]}
+    if scheme == "zarr3":  # its axes are t, z, y, x: Neuroglancer would display the first three
+        frame = channel.experiment.coord_frame
+        metres = NANOMETERS_PER[frame.voxel_unit] * 1e-9
+        state["dimensions"] = {"x": [frame.x_voxel_size * metres, "m"], "y": [frame.y_voxel_size * metres, "m"],
+                               "z": [frame.z_voxel_size * metres, "m"], "t": [1, ""]}
+        state["displayDimensions"] = ["x", "y", "z"]
+    state_json = json.dumps(state, separators=(",", ":"))
+    return f"{viewer}#!{quote(state_json, safe=':/,')}"
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,8 @@ class ChannelRow:
     channel: Channel
     source: str  # the channel's precomputed URL on this server
     link: str  # the Neuroglancer URL
+    zarr_source: str  # its OME-Zarr group URL
+    zarr_link: str
 
     @property
     def path(self) -> str:
@@ -84,8 +94,11 @@ def catalogue(request: HttpRequest, viewer: str) -> list[dict[str, Any]]:
     rows = []
     for ch in public_channels():
         exp = ch.experiment
-        source = request.build_absolute_uri(f"/precomputed/{exp.collection.name}/{exp.name}/{ch.name}")
-        rows.append(ChannelRow(ch, source, neuroglancer_link(viewer, source, ch)))
+        names = f"{exp.collection.name}/{exp.name}/{ch.name}"
+        source = request.build_absolute_uri(f"/precomputed/{names}")
+        zarr = request.build_absolute_uri(f"/zarr/{names}")
+        rows.append(ChannelRow(ch, source, neuroglancer_link(viewer, source, ch), zarr,
+                               neuroglancer_link(viewer, zarr, ch, "zarr3")))
     out = []
     for _, in_collection in groupby(rows, key=lambda r: r.channel.experiment.collection_id):
         experiments = []
