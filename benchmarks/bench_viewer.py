@@ -1,7 +1,8 @@
 """Viewers and clients through the HTTP service: the latency of a 512x512 xy PNG tile from a hot
 cache (p50, p99; goal <= 10 ms and <= 30 ms), beside the same plane as raw bytes (the read path
 without the image) and a bare loopback round trip of a body that size; a 64³ cutout at a random
-position from the hot cache; and the Python client's
+position from the hot cache; one Neuroglancer-style chunk (a cuboid, raw) through the precomputed
+and the zarr views; and the Python client's
 (`ndstore.client.Volume`) throughput reading 1 GiB with 8 parallel requests, beside loopback HTTP
 with 8 threads.
 
@@ -68,11 +69,26 @@ def tile_latency(url: str, frame: tuple[int, int, int], n: int, rounds: int) -> 
                   {"Accept": "application/octet-stream"})
 
     cubes = [latencies(cube, n) for _ in range(rounds)]
+    array = s.get(f"{url}/zarr/bench/e/c/0/zarr.json", timeout=30).json()
+    _, cz, cy, cx = array["chunk_grid"]["configuration"]["chunk_shape"]
+    grid = (frame[0] // cx, frame[1] // cy, frame[2] // cz)
+
+    def chunk(view: str) -> None:
+        i, j, k = (rng.randrange(g) for g in grid)
+        if view == "zarr":
+            read_body(s, f"{url}/zarr/bench/e/c/0/c/0/{k}/{j}/{i}")
+        else:
+            name = f"{i * cx}-{(i + 1) * cx}_{j * cy}-{(j + 1) * cy}_{k * cz}-{(k + 1) * cz}"
+            read_body(s, f"{url}/precomputed/bench/e/c/0/{name}")
+
+    chunks = {view: [latencies(lambda: chunk(view), n) for _ in range(rounds)]  # noqa: B023 - called at once
+              for view in ("precomputed", "zarr")}
     plane = em_like((1, TILE, TILE), seed=9)[0]
     encode = [latencies(lambda: encode_image(plane, "png"), n) for _ in range(rounds)]
     return {kind: {q: summary([r[q] for r in runs]) for q in ("p50_ms", "p99_ms")}
             for kind, runs in (("png_tile", png), ("raw_plane", raw), ("loopback_256k", loop),
-                               ("png_encode", encode), ("cutout_64", cubes))}
+                               ("png_encode", encode), ("cutout_64", cubes),
+                               ("chunk_precomputed", chunks["precomputed"]), ("chunk_zarr", chunks["zarr"]))}
 
 
 def client_throughput(url: str, frame: tuple[int, int, int], rounds: int, parallel: int) -> dict[str, Any]:
@@ -111,6 +127,10 @@ def table(record: dict[str, Any]) -> list[list[str]]:
         ["PNG encode of the plane alone, p50 ms", fmt(enc["p50_ms"], 1), "", ""],
         ["64³ cutout at a random position (raw), hot cache, p50 / p99 ms",
          f"{fmt(lat['cutout_64']['p50_ms'], 1)} / {fmt(lat['cutout_64']['p99_ms'], 1)}", "", ""],
+        *([f"one chunk (a cuboid, raw) through /{view}/, hot cache, p50 / p99 ms",
+           f"{fmt(lat[key]['p50_ms'], 1)} / {fmt(lat[key]['p99_ms'], 1)}", "",
+           f"{lat[key]['p50_ms']['median'] / loop['p50_ms']['median']:.1f}x loopback 256 KiB"]
+          for view, key in (("precomputed", "chunk_precomputed"), ("zarr", "chunk_zarr")) if key in lat),
         [f"Volume read of {thr['bytes'] >> 20} MiB, {thr['parallel']} parallel, MB/s", fmt(thr["read"]),
          f"loopback GET 16 MiB x{thr['parallel']}: {loop_get:.0f}", f"{thr['read']['median'] / loop_get:.2f}"],
         ["Volume write of the same (once), MB/s", f"{thr['write_MBps']:.0f}", "", ""],
