@@ -16,6 +16,7 @@ precomputed and zarr views): what a viewer running on another origin, or a shard
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable
 
@@ -23,7 +24,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.cache import get_conditional_response
 
 DATA_PREFIXES = ("/v1/cutout/", "/v1/direct/cutout/", "/v1/blaze/cutout/", "/v1/ids/", "/v1/image/",
-                 "/precomputed/", "/zarr/")
+                 "/precomputed/", "/precomputed-sharded/", "/zarr/")
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Expose-Headers": "Content-Range, Content-Length, Content-Encoding, Content-Type, ETag, "
@@ -113,6 +114,14 @@ class BrowserHTTP:
         return answer
 
 
+def unsatisfiable(header: str, length: int) -> HttpResponse:
+    message = f"range {header[:64]!r} starts past the end of the {length}-byte body"
+    refused = HttpResponse(json.dumps({"status": 416, "message": message}), status=416,
+                           content_type="application/json")
+    refused["Content-Range"] = f"bytes */{length}"
+    return with_cors(refused)
+
+
 def _ranged(request: HttpRequest, response: HttpResponse, body: bytes) -> HttpResponse:
     header = request.META.get("HTTP_RANGE")
     if not header:
@@ -124,10 +133,7 @@ def _ranged(request: HttpRequest, response: HttpResponse, body: bytes) -> HttpRe
     if wanted is None:
         return response
     if wanted == "unsatisfiable":
-        refused = HttpResponse(f'{{"status": 416, "message": "range {header[:64]!r} starts past the end of '
-                               f'the {len(body)}-byte body"}}', status=416, content_type="application/json")
-        refused["Content-Range"] = f"bytes */{len(body)}"
-        return with_cors(refused)
+        return unsatisfiable(header, len(body))
     first, last = wanted  # type: ignore[misc]
     response.status_code = 206
     response.content = body[first:last + 1]

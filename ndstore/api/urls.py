@@ -19,6 +19,7 @@ from ndstore.api.views import (
     permissions,
     precomputed,
     resources,
+    sharded,
     unrouted,
     zarr,
 )
@@ -86,6 +87,9 @@ urlpatterns = [
       for tail, view in precomputed.ROUTES],
     # (?s): a path with a line break in it is answered too (Django's path converters stop at one)
     re_path(r"^precomputed/(?P<rest>(?s:.+))\Z", precomputed.NoSuchFile.as_view()),
+    *[path(f"precomputed-sharded/<name:collection>/<name:experiment>/<name:channel>/{tail}", view.as_view())
+      for tail, view in sharded.ROUTES],
+    re_path(r"^precomputed-sharded/(?P<rest>(?s:.+))\Z", sharded.NoSuchFile.as_view()),
     *[path(f"zarr/<name:collection>/<name:experiment>/<name:channel>/{tail}", view.as_view())
       for tail, view in zarr.ROUTES],
     re_path(r"^zarr/(?P<rest>(?s:.+))\Z", zarr.NoSuchFile.as_view()),

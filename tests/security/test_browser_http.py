@@ -29,10 +29,12 @@ def private(admin: Any) -> dict[str, str]:
     return {"cutout": url, "precomputed": "/precomputed/secret/e1/img8/0/0-64_0-64_0-4",
             "image": "/v1/image/secret/e1/img8/xy/0/0:64/0:64/0/", "etag": whole["ETag"],
             "zarr": "/zarr/secret/e1/img8/0/c/0/0/0/0", "zarr-group": "/zarr/secret/e1/img8/zarr.json",
-            "zarr-array": "/zarr/secret/e1/img8/0/zarr.json"}
+            "zarr-array": "/zarr/secret/e1/img8/0/zarr.json", "shard": "/precomputed-sharded/secret/e1/img8/0/0.shard",
+            "sharded-info": "/precomputed-sharded/secret/e1/img8/info"}
 
 
-@pytest.mark.parametrize("view", ["cutout", "precomputed", "image", "zarr", "zarr-group", "zarr-array"])
+@pytest.mark.parametrize("view", ["cutout", "precomputed", "image", "zarr", "zarr-group", "zarr-array",
+                                  "shard", "sharded-info"])
 def test_a_range_or_an_etag_guess_reveals_nothing_without_the_token(private: dict[str, str], view: str) -> None:
     anonymous = APIClient()
     url = private[view]
@@ -110,3 +112,19 @@ def test_absurd_zarr_keys_are_404s_that_read_nothing(admin: Any, private: dict[s
                  "0/c/0/0/0/0%00", "zarr.json%0A", "0/.zarray", ".zattrs"):
         r = admin.get(f"/zarr/secret/e1/img8/{tail}")
         assert r.status_code in (400, 404) and r["Content-Type"] == "application/json", (tail, r.status_code)
+
+
+def test_absurd_shard_names_and_ranges_read_nothing_wrong(admin: Any, private: dict[str, str]) -> None:
+    for tail in ("0/" + "f" * 16 + ".shard", "0/00.shard", "0/ff.shard", "9/0.shard", "0/0.shard/x", "0/../info",
+                 "0/-1.shard", "0/0x0.shard", "0/0.shard%00"):
+        r = admin.get(f"/precomputed-sharded/secret/e1/img8/{tail}")
+        assert r.status_code in (400, 404) and r["Content-Type"] == "application/json", (tail, r.status_code)
+    shard = private["shard"]
+    whole = admin.get(shard)
+    assert whole.status_code == 200
+    for header, status in [(f"bytes={len(whole.content)}-", 416), ("bytes=0-" + "9" * 19, 206),
+                           ("bytes=-" + "9" * 19, 206), ("bytes=0-0," * 3000, 200), ("bytes=9-2", 200)]:
+        r = admin.get(shard, HTTP_RANGE=header)
+        assert r.status_code == status, (header[:40], r.status_code)
+        if status != 416:
+            assert r.content == whole.content

@@ -1,5 +1,5 @@
 """The landing page at `/`: the public datasets (collection -> experiment -> channel), each channel
-with its datatype, extent and levels, the URLs of its views (`/precomputed/`, `/zarr/`) and a
+with its datatype, extent and levels, the URLs of its views (`/precomputed/`, `/precomputed-sharded/`, `/zarr/`) and a
 "View in Neuroglancer" link per view whose state reads the channel from this server.
 
 It also serves Neuroglancer itself at `/neuroglancer/`: the static build that
@@ -71,6 +71,8 @@ class ChannelRow:
     link: str  # the Neuroglancer URL
     zarr_source: str  # its OME-Zarr group URL
     zarr_link: str
+    sharded_source: str  # its sharded precomputed URL
+    sharded_link: str
 
     @property
     def path(self) -> str:
@@ -97,8 +99,10 @@ def catalogue(request: HttpRequest, viewer: str) -> list[dict[str, Any]]:
         names = f"{exp.collection.name}/{exp.name}/{ch.name}"
         source = request.build_absolute_uri(f"/precomputed/{names}")
         zarr = request.build_absolute_uri(f"/zarr/{names}")
+        shards = request.build_absolute_uri(f"/precomputed-sharded/{names}")
         rows.append(ChannelRow(ch, source, neuroglancer_link(viewer, source, ch), zarr,
-                               neuroglancer_link(viewer, zarr, ch, "zarr3")))
+                               neuroglancer_link(viewer, zarr, ch, "zarr3"), shards,
+                               neuroglancer_link(viewer, shards, ch)))
     out = []
     for _, in_collection in groupby(rows, key=lambda r: r.channel.experiment.collection_id):
         experiments = []

@@ -77,7 +77,7 @@ class PrecomputedView(APIView):
         return browser_http.preflight()
 
 
-def _channel(request: Any, kw: dict[str, Any]) -> tuple[Channel, ChannelVolume, str]:
+def channel_for(request: Any, kw: dict[str, Any]) -> tuple[Channel, ChannelVolume, str]:
     """The channel (read permission checked), its engine volume and the encoding asked for."""
     coll, exp, chan = lookups.channel_path(kw["collection"], kw["experiment"], kw["channel"])
     auth.require(request.user, auth.READ, coll, exp, chan)
@@ -125,7 +125,7 @@ class InfoView(PrecomputedView):
     @extend_schema(summary="A channel's precomputed info", responses={
         200: INFO, 304: NOT_MODIFIED, **errors(400, 401, 403, 404, 429, meanings=FILE_ERRORS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
-        chan, volume, encoding = _channel(request, kw)
+        chan, volume, encoding = channel_for(request, kw)
         frame = chan.experiment.coord_frame
         voxel_nm = precomputed.voxel_size_nm(
             (frame.x_voxel_size, frame.y_voxel_size, frame.z_voxel_size), frame.voxel_unit
@@ -146,7 +146,7 @@ class ChunkView(PrecomputedView):
                    304: NOT_MODIFIED,
                    **errors(400, 401, 403, 404, 413, 429, 500, 503, meanings=FILE_ERRORS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
-        chan, volume, encoding = _channel(request, kw)
+        chan, volume, encoding = channel_for(request, kw)
         level = precomputed.level_of_key(kw["key"], volume.num_levels)
         box = Box.from_ranges(*kw["box"])
         t = chan.default_time_sample

@@ -1,0 +1,119 @@
+"""Sharded precomputed, read-only and live: `/precomputed-sharded/{c}/{e}/{ch}/info` declares
+`neuroglancer_uint64_sharded_v1` per advertised scale, and `.../{scale_key}/{shard}.shard` is a
+shard file computed from the cuboids when asked for (ndstore.core.sharded). A `Range` of a shard
+reads only the chunks it covers: the shard index and minishard index cost no read at all.
+CloudVolume, TensorStore and Neuroglancer read it; CORS and preflights as for every data GET;
+permissions those of the cutouts. Raw encoding only (a chunk's size must be known up front).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import HttpResponse
+from django.urls import register_converter
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.response import Response
+
+from ndstore.api import browser_http, budget, levels
+from ndstore.api.caching import cacheable
+from ndstore.api.schema import errors
+from ndstore.api.views.precomputed import INFO, NOT_MODIFIED, PrecomputedView, channel_for
+from ndstore.core import precomputed, sharded
+from ndstore.core.errors import NotFound
+from ndstore.core.geometry import Box
+from ndstore.engine.volume import ChannelVolume, make_cutout
+from ndstore.wiring import services
+
+
+class ShardNameConverter:
+    regex = r"[0-9a-f]{1,16}\.shard"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(ShardNameConverter, "shardname")
+MEANINGS = {404: "no such collection, experiment, channel, scale key or shard", 416: "the range starts past the end"}
+
+
+class InfoView(PrecomputedView):
+    @extend_schema(summary="A channel's sharded precomputed info", responses={
+        200: INFO, 304: NOT_MODIFIED, **errors(400, 401, 403, 404, 429, meanings=MEANINGS)})
+    def get(self, request: Any, **kw: Any) -> HttpResponse:
+        chan, volume, _ = channel_for(request, kw)
+        frame = chan.experiment.coord_frame
+        voxel_nm = precomputed.voxel_size_nm((frame.x_voxel_size, frame.y_voxel_size, frame.z_voxel_size),
+                                             frame.voxel_unit)
+        built = levels.built_levels(chan, volume.num_levels)
+        body = precomputed.info(volume, voxel_nm, precomputed.RAW, built)
+        for scale in body["scales"]:
+            scale["sharding"] = sharded.level_shards(volume, int(scale["key"])).sharding()
+        return cacheable(json.dumps(body).encode(), "application/json", chan.experiment.collection.public,
+                         "Authorization")
+
+
+class ShardView(PrecomputedView):
+    @extend_schema(
+        summary="One shard file", description="Read a byte range of it: a reader asks for the shard index, then "
+                                              "the minishard index, then the chunk's bytes.",
+        responses={(200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, description="the shard"),
+                   (206, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY,
+                                                                      description="the bytes of the Range"),
+                   304: NOT_MODIFIED, **errors(400, 401, 403, 404, 413, 416, 429, 500, 503, meanings=MEANINGS)})
+    def get(self, request: Any, **kw: Any) -> HttpResponse:
+        chan, volume, _ = channel_for(request, kw)
+        level = precomputed.level_of_key(kw["key"], volume.num_levels)
+        if level not in levels.built_levels(chan, volume.num_levels):
+            raise NotFound(f"scale {level} is not advertised: it holds no data yet")
+        shards = sharded.level_shards(volume, level)
+        pieces = sharded.shard_layout(shards, shards.shard_of_name(kw["shard"]))
+        total = pieces[-1].start + pieces[-1].size
+        header = request.META.get("HTTP_RANGE")
+        wanted = browser_http.byte_range(header, total) if header and "HTTP_IF_RANGE" not in request.META else None
+        if wanted == "unsatisfiable":
+            return browser_http.unsatisfiable(str(header), total)
+        first, last = wanted if isinstance(wanted, tuple) else (0, total - 1)
+        body = _read(request, volume, level, chan.default_time_sample, pieces, first, last)
+        public = chan.experiment.collection.public
+        response = cacheable(body, "application/octet-stream", public, "Authorization")
+        if isinstance(wanted, tuple):
+            response.status_code = 206
+            response["Content-Range"] = f"bytes {first}-{last}/{total}"
+        return response
+
+
+def _read(request: Any, volume: ChannelVolume, level: int, t: int, pieces: list[sharded.Piece], first: int,
+          last: int) -> bytes:
+    parts = list(sharded.overlapping(pieces, first, last))
+    budget.reserve(request, 2 * sum(piece.size for piece, _, _ in parts if piece.box is not None))
+    tier = services().tier("cache", "cache")
+    out = []
+    for piece, lo, hi in parts:
+        if piece.header is not None:
+            out.append(piece.header[lo:hi])
+        else:
+            box: Box = piece.box  # type: ignore[assignment]
+            data = tier.read(make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes))[0]
+            out.append(precomputed.encode_chunk(data, precomputed.RAW)[lo:hi])
+    return b"".join(out)
+
+
+@extend_schema(summary="Any other sharded precomputed file", responses=errors(401, 404, 429, meanings={
+    404: "no such file; the message lists the files a channel has"}))
+class NoSuchFile(PrecomputedView):
+    def get(self, request: Any, **kw: Any) -> Response:
+        raise NotFound(f"no such sharded precomputed file: {kw.get('rest', '')!r}; a channel has "
+                       "/precomputed-sharded/{collection}/{experiment}/{channel}/info and "
+                       ".../{scale_key}/{shard number, hex}.shard")
+
+
+ROUTES: list[tuple[str, type[PrecomputedView]]] = [
+    ("info", InfoView),
+    ("<str:key>/<shardname:shard>", ShardView),
+]
