@@ -1,8 +1,8 @@
 """Viewers and clients through the HTTP service: the latency of a 512x512 xy PNG tile from a hot
 cache (p50, p99; goal <= 10 ms and <= 30 ms), beside the same plane as raw bytes (the read path
 without the image) and a bare loopback round trip of a body that size; a 64³ cutout at a random
-position from the hot cache; one Neuroglancer-style chunk (a cuboid, raw) through the precomputed
-and the zarr views; and the Python client's
+position from the hot cache; one Neuroglancer-style chunk (a cuboid, raw) through the precomputed,
+sharded precomputed (three ranged GETs, as a reader makes them) and zarr views; and the Python client's
 (`ndstore.client.Volume`) throughput reading 1 GiB with 8 parallel requests, beside loopback HTTP
 with 8 threads.
 
@@ -73,22 +73,49 @@ def tile_latency(url: str, frame: tuple[int, int, int], n: int, rounds: int) -> 
     _, cz, cy, cx = array["chunk_grid"]["configuration"]["chunk_shape"]
     grid = (frame[0] // cx, frame[1] // cy, frame[2] // cz)
 
+    shard_info = s.get(f"{url}/precomputed-sharded/bench/e/c/info", timeout=30).json()["scales"][0]["sharding"]
+    shard_digits = -(-shard_info["shard_bits"] // 4)
+
     def chunk(view: str) -> None:
         i, j, k = (rng.randrange(g) for g in grid)
         if view == "zarr":
             read_body(s, f"{url}/zarr/bench/e/c/0/c/0/{k}/{j}/{i}")
+        elif view == "sharded":  # a reader's three ranged GETs: shard index, minishard index, the chunk
+            chunk_id = compressed_morton((i, j, k), grid)
+            shard = f"{url}/precomputed-sharded/bench/e/c/0/" \
+                    f"{chunk_id >> shard_info['preshift_bits']:0{shard_digits}x}.shard"
+            start, end = np.frombuffer(read_body(s, shard, {"Range": "bytes=0-15"}), "<u8")
+            index = np.frombuffer(read_body(s, shard, {"Range": f"bytes={16 + start}-{15 + end}"}), "<u8")
+            ids, offsets, sizes = index.reshape(3, -1)
+            at = int(np.searchsorted(np.cumsum(ids), chunk_id))
+            first = 16 + int(np.cumsum(offsets)[at] + sizes[:at].sum())
+            read_body(s, shard, {"Range": f"bytes={first}-{first + int(sizes[at]) - 1}"})
         else:
             name = f"{i * cx}-{(i + 1) * cx}_{j * cy}-{(j + 1) * cy}_{k * cz}-{(k + 1) * cz}"
             read_body(s, f"{url}/precomputed/bench/e/c/0/{name}")
 
     chunks = {view: [latencies(lambda: chunk(view), n) for _ in range(rounds)]  # noqa: B023 - called at once
-              for view in ("precomputed", "zarr")}
+              for view in ("precomputed", "sharded", "zarr")}
     plane = em_like((1, TILE, TILE), seed=9)[0]
     encode = [latencies(lambda: encode_image(plane, "png"), n) for _ in range(rounds)]
     return {kind: {q: summary([r[q] for r in runs]) for q in ("p50_ms", "p99_ms")}
             for kind, runs in (("png_tile", png), ("raw_plane", raw), ("loopback_256k", loop),
                                ("png_encode", encode), ("cutout_64", cubes),
-                               ("chunk_precomputed", chunks["precomputed"]), ("chunk_zarr", chunks["zarr"]))}
+                               ("chunk_precomputed", chunks["precomputed"]), ("chunk_zarr", chunks["zarr"]),
+                               ("chunk_sharded", chunks["sharded"]))}
+
+
+def compressed_morton(position: tuple[int, int, int], grid: tuple[int, int, int]) -> int:
+    """Neuroglancer's chunk id: the grid position's bits interleaved x, y, z, each axis only as
+    many bits as its grid size needs."""
+    bits = [max(0, (g - 1).bit_length()) for g in grid]
+    code, j = 0, 0
+    for i in range(max(bits)):
+        for axis in range(3):
+            if i < bits[axis]:
+                code |= (position[axis] >> i & 1) << j
+                j += 1
+    return code
 
 
 def client_throughput(url: str, frame: tuple[int, int, int], rounds: int, parallel: int) -> dict[str, Any]:
@@ -127,10 +154,12 @@ def table(record: dict[str, Any]) -> list[list[str]]:
         ["PNG encode of the plane alone, p50 ms", fmt(enc["p50_ms"], 1), "", ""],
         ["64³ cutout at a random position (raw), hot cache, p50 / p99 ms",
          f"{fmt(lat['cutout_64']['p50_ms'], 1)} / {fmt(lat['cutout_64']['p99_ms'], 1)}", "", ""],
-        *([f"one chunk (a cuboid, raw) through /{view}/, hot cache, p50 / p99 ms",
+        *([f"one chunk (a cuboid, raw) through /{view}/{' (3 ranged GETs)' if 'sharded' in view else ''}, "
+           "hot cache, p50 / p99 ms",
            f"{fmt(lat[key]['p50_ms'], 1)} / {fmt(lat[key]['p99_ms'], 1)}", "",
            f"{lat[key]['p50_ms']['median'] / loop['p50_ms']['median']:.1f}x loopback 256 KiB"]
-          for view, key in (("precomputed", "chunk_precomputed"), ("zarr", "chunk_zarr")) if key in lat),
+          for view, key in (("precomputed", "chunk_precomputed"), ("zarr", "chunk_zarr"),
+                            ("precomputed-sharded", "chunk_sharded")) if key in lat),
         [f"Volume read of {thr['bytes'] >> 20} MiB, {thr['parallel']} parallel, MB/s", fmt(thr["read"]),
          f"loopback GET 16 MiB x{thr['parallel']}: {loop_get:.0f}", f"{thr['read']['median'] / loop_get:.2f}"],
         ["Volume write of the same (once), MB/s", f"{thr['write_MBps']:.0f}", "", ""],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
@@ -85,6 +86,14 @@ class Channel(Resource):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["experiment", "name"], name="unique_channel_name")]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # written_levels only gains bits, by an UPDATE that ORs them in (ndstore.api.levels): a
+        # whole-row save of a channel loaded before another worker's write must not undo one.
+        if not self._state.adding and kwargs.get("update_fields") is None:
+            kwargs["update_fields"] = [f.name for f in self._meta.concrete_fields
+                                       if not f.primary_key and f.name != "written_levels"]
+        super().save(*args, **kwargs)
 
 
 def hash_token(key: str) -> str:

@@ -64,3 +64,18 @@ def test_the_demo_builds_every_level_so_a_zoomed_out_view_shows_data(db: Any, ad
     assert level3.any() and abs(float(level3.mean()) - float(level0.mean())) < 2.0  # means of means
     labels = admin.get("/precomputed/demo/em/labels/raw/3/0-64_0-64_0-32")
     assert np.frombuffer(labels.content, "<u8").any()
+
+
+def test_a_whole_channel_save_does_not_undo_a_level_another_worker_marked(admin: Any) -> None:
+    from ndstore.api import levels
+    from ndstore.api.models import Channel
+
+    make_dataset(admin, "race", levels=3)
+    stale = Channel.objects.get(name="img8", experiment__collection__name="race")  # loaded before the write
+    levels.note_written(Channel.objects.get(pk=stale.pk), 2)
+    stale.description = "renamed"
+    stale.save()
+    fresh = Channel.objects.get(pk=stale.pk)
+    assert fresh.description == "renamed" and levels.built_levels(fresh, 3) == [0, 2]
+    r = admin.put("/v1/collection/race/experiment/e1/channel/img8/", {"description": "again"}, format="json")
+    assert r.status_code == 200 and levels.built_levels(Channel.objects.get(pk=stale.pk), 3) == [0, 2]
