@@ -101,6 +101,7 @@ LAMBDA_PIP ?= python3 -m pip
 LAMBDA_EXCLUDES := --exclude=__pycache__ --exclude=ndstore/api --exclude=ndstore/client --exclude=ndstore/ops \
 	--exclude=ndstore/cli.py \
 	--exclude='ndstore/engine/spark*' --exclude=ndstore/core/slices.py --exclude=ndstore/core/precomputed.py \
+	--exclude=ndstore/core/sharded.py --exclude=ndstore/core/zarr_view.py \
 	--exclude='blaze/spark*' --exclude=blaze/daemon.py --exclude=lambdas/runner.py --exclude=lambdas/requirements.txt
 .PHONY: $(addprefix build-,$(LAMBDA_FUNCTIONS))
 $(addprefix build-,$(LAMBDA_FUNCTIONS)):

@@ -22,7 +22,8 @@ LAMBDA_LIMIT_MB = 250
 # What the package leaves out (the Makefile's LAMBDA_EXCLUDES): no handler reaches these.
 EXCLUDED = ("ndstore/api/", "ndstore/client/", "ndstore/ops/", "ndstore/cli.py", "ndstore/engine/spark",
             "ndstore/core/slices.py",
-            "ndstore/core/precomputed.py", "blaze/spark", "blaze/daemon.py", "lambdas/runner.py",
+            "ndstore/core/precomputed.py", "ndstore/core/sharded.py", "ndstore/core/zarr_view.py",
+            "blaze/spark", "blaze/daemon.py", "lambdas/runner.py",
             "lambdas/requirements.txt")
 
 
