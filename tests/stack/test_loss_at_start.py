@@ -5,6 +5,7 @@ supercuboids with a 503 naming it, and `ndstore recover` lists them and accepts 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import requests
 
@@ -26,6 +28,22 @@ OCTET = "application/octet-stream"
 def stack(data_dir: Path) -> LocalStack:
     return LocalStack(data_dir, port=free_port(), workers=1, threads=2, with_merger=False, extra_env={
         "NDSTORE_ADMIN_TOKEN": TOKEN, "NDSTORE_FLUSH_AGE_S": "3600", "NDSTORE_FLUSH_INTERVAL_S": "0.2"})
+
+
+def crash(local: LocalStack) -> None:
+    """Every process of the stack, their children too (nginx's worker, the task runner's pool),
+    killed at once: nothing gets to write back or say goodbye, and nothing outlives the test."""
+    doomed = []
+    for proc in local.procs:
+        if proc.poll() is None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                doomed += [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    for process in doomed:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(signal.SIGKILL)
+    psutil.wait_procs(doomed, timeout=10)
+    for proc in local.procs:
+        proc.wait(timeout=10)
 
 
 def ledger(data_dir: Path) -> Ledger | None:
@@ -54,10 +72,8 @@ def test_a_start_after_the_cache_redis_lost_unflushed_writes_refuses_them_until_
         assert s.post(f"{url}/{cutout}", data=data.tobytes(), headers={"Content-Type": OCTET}).status_code == 201
         wait_until(lambda: (ledger(data_dir) or Ledger("", 0, {}, 0)).unflushed, "the flusher's ledger of it")
     finally:
-        for proc in first.procs:  # a crash: nothing gets to write back or say goodbye
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
+        crash(first)
+
     shutil.rmtree(data_dir / "redis" / "appendonlydir")
 
     second = stack(data_dir)
