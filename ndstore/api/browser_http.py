@@ -7,8 +7,9 @@ precomputed and zarr views): what a viewer running on another origin, or a shard
 - A strong ETag on every 200: a hash of the very bytes sent, so a write that changes a voxel
   changes the ETag of every view of it at once. If-None-Match -> 304, If-Match -> 412.
 - `Range: bytes=a-b` (one range; `a-` and `-n` too) -> 206 with Content-Range, or 416 with
-  `Content-Range: bytes */length` when it starts past the end. Several ranges, or a malformed
-  header, are ignored (200 with the whole body), as RFC 9110 allows; If-Range that names another
+  `Content-Range: bytes */length` when it starts past the end. JSON documents (info, zarr.json)
+  are always sent whole (a part of one is not JSON; RFC 9110 lets a server ignore Range). Several
+  ranges, or a malformed header, are ignored (200 with the whole body), as RFC 9110 allows; If-Range that names another
   ETag asks for the whole body. Nothing here compresses a body on the fly.
 - HEAD answers GET's headers (Content-Length of the whole body) with no body.
 """
@@ -104,9 +105,10 @@ class BrowserHTTP:
             response["ETag"] = strong_etag(body)
         if not response.has_header("Cache-Control"):
             response["Cache-Control"] = "private, no-cache"  # keep it, but ask again: the ETag answers cheaply
-        response["Accept-Ranges"] = "bytes"
+        json_document = response.get("Content-Type", "").startswith("application/json")
+        response["Accept-Ranges"] = "none" if json_document else "bytes"
         answer: HttpResponse = with_cors(get_conditional_response(request, etag=response["ETag"], response=response))
-        if answer is response:
+        if answer is response and not json_document:  # a part of a JSON document is no JSON: sent whole
             answer = _ranged(request, response, body)
         if request.method == "HEAD" and answer.status_code in (200, 206):
             answer["Content-Length"] = str(len(answer.content))

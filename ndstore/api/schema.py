@@ -177,12 +177,15 @@ def describe_browser_http(result: dict[str, Any], **_: Any) -> dict[str, Any]:
         operation = operations.get("get")
         if not is_data_path(path) or operation is None or "200" not in operation.get("responses", {}):
             continue
-        known = {p["name"] for p in operation.get("parameters", [])}
-        operation.setdefault("parameters", []).extend(h for h in RANGE_HEADERS if h["name"] not in known)
         ok = operation["responses"]["200"]
+        ranged = set(ok.get("content", {})) != {JSON}  # JSON documents are sent whole
+        known = {p["name"] for p in operation.get("parameters", [])}
+        operation.setdefault("parameters", []).extend(
+            h for h in RANGE_HEADERS if h["name"] not in known and (ranged or h["name"] == "If-None-Match"))
         responses = operation["responses"]
-        responses["206"] = {**ok, "description": "the bytes of the Range asked for, with Content-Range"}
         responses.setdefault("304", {"description": "not modified: the If-None-Match ETag still holds"})
-        error = {"content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}}
-        responses["416"] = {**error, "description": "the range starts past the end of the body"}
+        if ranged:
+            responses["206"] = {**ok, "description": "the bytes of the Range asked for, with Content-Range"}
+            error = {"content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}}
+            responses["416"] = {**error, "description": "the range starts past the end of the body"}
     return result
