@@ -117,8 +117,14 @@ INFO = inline_serializer("PrecomputedInfo", {
 })
 
 
-def _file(chan: Channel, body: bytes, content_type: str) -> HttpResponse:
+def channel_file(chan: Channel, body: bytes, content_type: str) -> HttpResponse:
+    """A file of a channel's views (precomputed, sharded, zarr), cacheable as its collection allows."""
     return cacheable(body, content_type, chan.experiment.collection.public, "Authorization")
+
+
+def voxel_nm_of(chan: Channel) -> tuple[float, float, float]:
+    frame = chan.experiment.coord_frame
+    return precomputed.voxel_size_nm((frame.x_voxel_size, frame.y_voxel_size, frame.z_voxel_size), frame.voxel_unit)
 
 
 class InfoView(PrecomputedView):
@@ -126,12 +132,9 @@ class InfoView(PrecomputedView):
         200: INFO, 304: NOT_MODIFIED, **errors(400, 401, 403, 404, 429, meanings=FILE_ERRORS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
         chan, volume, encoding = channel_for(request, kw)
-        frame = chan.experiment.coord_frame
-        voxel_nm = precomputed.voxel_size_nm(
-            (frame.x_voxel_size, frame.y_voxel_size, frame.z_voxel_size), frame.voxel_unit
-        )
-        body = json.dumps(precomputed.info(volume, voxel_nm, encoding, levels.built_levels(chan, volume.num_levels)))
-        return _file(chan, body.encode(), "application/json")
+        built = levels.built_levels(chan, volume.num_levels)
+        body = json.dumps(precomputed.info(volume, voxel_nm_of(chan), encoding, built))
+        return channel_file(chan, body.encode(), "application/json")
 
 
 class ChunkView(PrecomputedView):
@@ -153,7 +156,7 @@ class ChunkView(PrecomputedView):
         cutout = make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes)
         budget.reserve(request, cutout.nbytes)
         data = services().tier("cache", "cache").read(cutout)[0]
-        return _file(chan, precomputed.encode_chunk(data, encoding), "application/octet-stream")
+        return channel_file(chan, precomputed.encode_chunk(data, encoding), "application/octet-stream")
 
 
 @extend_schema(summary="Any other precomputed file", responses=errors(401, 404, 429, meanings={

@@ -18,9 +18,8 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
 from ndstore.api import browser_http, budget, levels
-from ndstore.api.caching import cacheable
 from ndstore.api.schema import errors
-from ndstore.api.views.precomputed import INFO, NOT_MODIFIED, PrecomputedView, channel_for
+from ndstore.api.views.precomputed import INFO, NOT_MODIFIED, PrecomputedView, channel_file, channel_for, voxel_nm_of
 from ndstore.core import precomputed, sharded
 from ndstore.core.errors import NotFound
 from ndstore.core.geometry import Box
@@ -47,15 +46,11 @@ class InfoView(PrecomputedView):
         200: INFO, 304: NOT_MODIFIED, **errors(400, 401, 403, 404, 429, meanings=MEANINGS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
         chan, volume, _ = channel_for(request, kw)
-        frame = chan.experiment.coord_frame
-        voxel_nm = precomputed.voxel_size_nm((frame.x_voxel_size, frame.y_voxel_size, frame.z_voxel_size),
-                                             frame.voxel_unit)
         built = levels.built_levels(chan, volume.num_levels)
-        body = precomputed.info(volume, voxel_nm, precomputed.RAW, built)
+        body = precomputed.info(volume, voxel_nm_of(chan), precomputed.RAW, built)
         for scale in body["scales"]:
             scale["sharding"] = sharded.level_shards(volume, int(scale["key"])).sharding()
-        return cacheable(json.dumps(body).encode(), "application/json", chan.experiment.collection.public,
-                         "Authorization")
+        return channel_file(chan, json.dumps(body).encode(), "application/json")
 
 
 class ShardView(PrecomputedView):
@@ -80,8 +75,7 @@ class ShardView(PrecomputedView):
             return browser_http.unsatisfiable(str(header), total)
         first, last = wanted if isinstance(wanted, tuple) else (0, total - 1)
         body = _read(request, volume, level, chan.default_time_sample, pieces, first, last)
-        public = chan.experiment.collection.public
-        response = cacheable(body, "application/octet-stream", public, "Authorization")
+        response = channel_file(chan, body, "application/octet-stream")
         if isinstance(wanted, tuple):
             response.status_code = 206
             response["Content-Range"] = f"bytes {first}-{last}/{total}"

@@ -17,11 +17,10 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
 from ndstore.api import auth, budget, levels, lookups
-from ndstore.api.caching import cacheable
 from ndstore.api.models import Channel
 from ndstore.api.schema import errors
-from ndstore.api.views.precomputed import NOT_MODIFIED, PrecomputedView
-from ndstore.core import precomputed, zarr_view
+from ndstore.api.views.precomputed import NOT_MODIFIED, PrecomputedView, channel_file, voxel_nm_of
+from ndstore.core import zarr_view
 from ndstore.core.errors import NotFound
 from ndstore.engine.volume import ChannelVolume, make_cutout
 from ndstore.wiring import services
@@ -45,8 +44,7 @@ def _level(chan: Channel, volume: ChannelVolume, level: int) -> int:
 
 
 def _json(chan: Channel, body: dict[str, Any]) -> HttpResponse:
-    return cacheable(json.dumps(body).encode(), "application/json", chan.experiment.collection.public,
-                     "Authorization")
+    return channel_file(chan, json.dumps(body).encode(), "application/json")
 
 
 class GroupView(PrecomputedView):
@@ -55,11 +53,8 @@ class GroupView(PrecomputedView):
                               304: NOT_MODIFIED, **errors(401, 403, 404, 429, meanings=MEANINGS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
         chan, volume = _channel(request, kw)
-        frame = chan.experiment.coord_frame
-        voxel_nm = precomputed.voxel_size_nm((frame.x_voxel_size, frame.y_voxel_size, frame.z_voxel_size),
-                                             frame.voxel_unit)
         built = levels.built_levels(chan, volume.num_levels)
-        return _json(chan, zarr_view.group(volume, chan.name, voxel_nm, built, volume.num_time_samples))
+        return _json(chan, zarr_view.group(volume, chan.name, voxel_nm_of(chan), built, volume.num_time_samples))
 
 
 class ArrayView(PrecomputedView):
@@ -88,8 +83,7 @@ class ChunkView(PrecomputedView):
         data = services().tier("cache", "cache").read(cutout)[0]
         chunk = np.zeros(whole, volume.dtype.newbyteorder("<"))
         chunk[tuple(slice(0, n) for n in data.shape)] = data
-        return cacheable(chunk.tobytes(), "application/octet-stream", chan.experiment.collection.public,
-                         "Authorization")
+        return channel_file(chan, chunk.tobytes(), "application/octet-stream")
 
 
 @extend_schema(summary="Any other file under /zarr/", responses=errors(401, 404, 429, meanings={
