@@ -2,11 +2,13 @@
 shard file can be served live, and a byte range of it costs only the chunks it covers.
 
 Layout (docs/design/standard-views.md): chunks are the level's cuboids (as in the unsharded
-view), raw encoding, so every chunk's size is known without reading it. A chunk's id is the
-compressed Morton code of its grid position; hash `identity`, `minishard_bits` 0 and
-`preshift_bits` p: shard s holds the chunk ids [s << p, (s + 1) << p), i.e. a Morton range of
-cuboids (at most 32 MiB of voxels). A shard file is its index (one minishard: 16 bytes), the
+view). A chunk's id is the compressed Morton code of its grid position; hash `identity`,
+`minishard_bits` 0 and `preshift_bits` p: shard s holds the chunk ids [s << p, (s + 1) << p),
+i.e. a Morton range of cuboids. A shard file is its index (one minishard: 16 bytes), the
 minishard index (3 x n uint64: delta-coded ids, offsets, sizes) and the chunks in id order.
+Raw chunks have sizes known from the geometry, so a raw shard holds up to 32 MiB of voxels and
+its indexes cost no read; compressed_segmentation sizes depend on the voxels, so such a shard is
+encoded whole when read and holds at most MAX_ENCODED_SHARD_VOXEL_BYTES of voxels.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import numpy as np
 
 from ndstore.core.errors import NotFound
 from ndstore.core.geometry import Box, level_extent
-from ndstore.core.precomputed import PrecomputedVolume
+from ndstore.core.precomputed import RAW, PrecomputedVolume
 
 MAX_SHARD_VOXEL_BYTES = 32 << 20
+MAX_ENCODED_SHARD_VOXEL_BYTES = 2 << 20  # 8 cuboids: every ranged read of such a shard encodes them all
 SHARD_INDEX_BYTES = 16  # one minishard: [start, end) of its index
 
 
@@ -81,14 +84,15 @@ class LevelShards:
         return out
 
 
-def level_shards(volume: PrecomputedVolume, level: int) -> LevelShards:
+def level_shards(volume: PrecomputedVolume, level: int, encoding: str = RAW) -> LevelShards:
     extent = level_extent(volume.frame, level, volume.method)
     chunk = volume.grid(level).cuboid
     grid = tuple(-(-(b - a) // c) for a, b, c in zip(extent.lo, extent.hi, chunk))
     bits = tuple(max(0, (g - 1).bit_length()) for g in grid)
     total = sum(bits)
     chunk_bytes = chunk[0] * chunk[1] * chunk[2] * volume.dtype.itemsize
-    preshift = min(total, max(0, (MAX_SHARD_VOXEL_BYTES // chunk_bytes).bit_length() - 1))
+    limit = MAX_SHARD_VOXEL_BYTES if encoding == RAW else MAX_ENCODED_SHARD_VOXEL_BYTES
+    preshift = min(total, max(0, (limit // chunk_bytes).bit_length() - 1))
     return LevelShards(extent, chunk, grid, bits, preshift, total - preshift, volume.dtype.itemsize)  # type: ignore[arg-type]
 
 
@@ -102,9 +106,12 @@ class Piece:
     box: Box | None = None
 
 
-def shard_layout(shards: LevelShards, shard: int) -> list[Piece]:
+def shard_layout(shards: LevelShards, shard: int, sizes: list[int] | None = None) -> list[Piece]:
+    """The shard's indexes (one piece) and its chunks; `sizes` are the encoded chunks' sizes, raw
+    voxels when not given."""
     chunks = shards.chunks(shard)
-    sizes = [box.nvoxels * shards.itemsize for _, box in chunks]
+    if sizes is None:
+        sizes = [box.nvoxels * shards.itemsize for _, box in chunks]
     index_bytes = 24 * len(chunks)
     ids = np.array([chunk_id for chunk_id, _ in chunks], np.uint64)
     deltas = np.diff(ids, prepend=np.uint64(0)) if len(ids) else ids

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from rest_framework.test import APIClient
 
+from ndstore.core import precomputed
 from ndstore.core.geometry import Box, level_extent
 from tests.api.test_precomputed import (  # noqa: F401  (the live server fixture)
     check_reads,
@@ -36,6 +37,9 @@ def test_info_declares_sharding_per_advertised_scale(admin: APIClient, sh: Any) 
     sharding = info["scales"][0]["sharding"]
     assert sharding["@type"] == "neuroglancer_uint64_sharded_v1" and sharding["hash"] == "identity"
     assert info["scales"][0]["encoding"] == "raw"
+    labels = json.loads(admin.get("/precomputed-sharded/sh/e1/ann64/info").content)["scales"][0]
+    if precomputed.cseg_available():  # as the unsharded view; such a shard is encoded whole, so it is small
+        assert labels["encoding"] == "compressed_segmentation" and labels["sharding"]["preshift_bits"] <= 3
     r = admin.get("/precomputed-sharded/sh/e1/img16/0/ff.shard")
     assert r.status_code == 404 and "no shard" in r.json()["message"]
     assert admin.get("/precomputed-sharded/sh/e1/img16/0/0-1_0-1_0-1").status_code == 404

@@ -105,3 +105,23 @@ def test_a_write_is_visible_through_the_zarr_view_at_once(admin: APIClient, zr: 
     after = admin.get(chunk, HTTP_IF_NONE_MATCH=before["ETag"])
     assert after.status_code == 200 and np.frombuffer(after.content, "<u2")[0] == 7
     assert after.content[2:] == before.content[2:]
+
+
+def test_an_all_zero_chunk_is_a_404_that_readers_take_for_the_fill_value(served: str, admin: APIClient,  # noqa: F811
+                                                                        zr: Dataset) -> None:
+    zarr = pytest.importorskip("zarr")
+    assert admin.put("/v1/collection/zr/", {"public": True}, format="json").status_code == 200
+    r = admin.generic("POST", zr.cutout("img16", 0, (140, 141), (5, 6), (3, 4), t=(1, 2)),
+                      np.array([9], "<u2").tobytes(), content_type="application/octet-stream")
+    assert r.status_code == 201
+    assert admin.get("/zarr/zr/e1/img16/0/c/1/0/0/1").status_code == 200  # x 138..266 holds the voxel
+    for empty in ("0/c/1/0/0/0", "0/c/0/0/0/1"):
+        r = admin.get(f"/zarr/zr/e1/img16/{empty}")
+        assert r.status_code == 404 and "fill value" in r.json()["message"], r.content
+        assert admin.head(f"/zarr/zr/e1/img16/{empty}").status_code == 404
+    expected = np.zeros((2, 18, 195, 290), np.uint16)
+    expected[1, 0, 0, 130] = 9
+    np.testing.assert_array_equal(zarr.open_group(f"{served}/zarr/zr/e1/img16", mode="r")["0"][:], expected)
+    r = admin.generic("POST", zr.cutout("img16", 0, (140, 141), (5, 6), (3, 4), t=(1, 2)),
+                      np.array([0], "<u2").tobytes(), content_type="application/octet-stream")
+    assert r.status_code == 201 and admin.get("/zarr/zr/e1/img16/0/c/1/0/0/1").status_code == 404

@@ -3,7 +3,9 @@
 shard file computed from the cuboids when asked for (ndstore.core.sharded). A `Range` of a shard
 reads only the chunks it covers: the shard index and minishard index cost no read at all.
 CloudVolume, TensorStore and Neuroglancer read it; CORS and preflights as for every data GET;
-permissions those of the cutouts. Raw encoding only (a chunk's size must be known up front).
+permissions those of the cutouts. Chunks are encoded as the unsharded view's default (raw, or
+compressed_segmentation for label channels): a compressed_segmentation shard is small and is
+encoded whole on every read, since its indexes depend on the encoded sizes.
 """
 
 from __future__ import annotations
@@ -47,9 +49,10 @@ class InfoView(PrecomputedView):
     def get(self, request: Any, **kw: Any) -> HttpResponse:
         chan, volume, _ = channel_for(request, kw)
         built = levels.built_levels(chan, volume.num_levels)
-        body = precomputed.info(volume, voxel_nm_of(chan), precomputed.RAW, built)
+        encoding = precomputed.default_encoding(volume)
+        body = precomputed.info(volume, voxel_nm_of(chan), encoding, built)
         for scale in body["scales"]:
-            scale["sharding"] = sharded.level_shards(volume, int(scale["key"])).sharding()
+            scale["sharding"] = sharded.level_shards(volume, int(scale["key"]), encoding).sharding()
         return channel_file(chan, json.dumps(body).encode(), "application/json")
 
 
@@ -66,20 +69,40 @@ class ShardView(PrecomputedView):
         level = precomputed.level_of_key(kw["key"], volume.num_levels)
         if level not in levels.built_levels(chan, volume.num_levels):
             raise NotFound(f"scale {level} is not advertised: it holds no data yet")
-        shards = sharded.level_shards(volume, level)
-        pieces = sharded.shard_layout(shards, shards.shard_of_name(kw["shard"]))
-        total = pieces[-1].start + pieces[-1].size
+        encoding = precomputed.default_encoding(volume)
+        shards = sharded.level_shards(volume, level, encoding)
+        number = shards.shard_of_name(kw["shard"])
+        t = chan.default_time_sample
+        encoded = None if encoding == precomputed.RAW else _encoded_shard(request, volume, level, t, shards, number)
+        pieces = sharded.shard_layout(shards, number) if encoded is None else []
+        total = len(encoded) if encoded is not None else pieces[-1].start + pieces[-1].size
         header = request.META.get("HTTP_RANGE")
         wanted = browser_http.byte_range(header, total) if header and "HTTP_IF_RANGE" not in request.META else None
         if wanted == "unsatisfiable":
             return browser_http.unsatisfiable(str(header), total)
         first, last = wanted if isinstance(wanted, tuple) else (0, total - 1)
-        body = _read(request, volume, level, chan.default_time_sample, pieces, first, last)
+        if encoded is not None:
+            body = encoded[first:last + 1]
+        else:
+            body = _read(request, volume, level, t, pieces, first, last)
         response = channel_file(chan, body, "application/octet-stream")
         if isinstance(wanted, tuple):
             response.status_code = 206
             response["Content-Range"] = f"bytes {first}-{last}/{total}"
         return response
+
+
+def _encoded_shard(request: Any, volume: ChannelVolume, level: int, t: int, shards: sharded.LevelShards,
+                   number: int) -> bytes:
+    """A whole shard of encoded chunks (compressed_segmentation): every chunk read and encoded."""
+    boxes = [box for _, box in shards.chunks(number)]
+    budget.reserve(request, 2 * sum(box.nvoxels for box in boxes) * volume.dtype.itemsize)
+    tier = services().tier("cache", "cache")
+    limit = services().config.max_cutout_bytes
+    chunks = [precomputed.encode_chunk(tier.read(make_cutout(volume, level, box, range(t, t + 1), limit))[0],
+                                       precomputed.COMPRESSED_SEGMENTATION) for box in boxes]
+    head = sharded.shard_layout(shards, number, [len(c) for c in chunks])[0].header
+    return b"".join([head or b"", *chunks])
 
 
 def _read(request: Any, volume: ChannelVolume, level: int, t: int, pieces: list[sharded.Piece], first: int,

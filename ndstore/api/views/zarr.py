@@ -25,7 +25,8 @@ from ndstore.core.errors import NotFound
 from ndstore.engine.volume import ChannelVolume, make_cutout
 from ndstore.wiring import services
 
-MEANINGS = {404: "no such collection, experiment, channel, level (only levels that hold data are arrays) or chunk",
+MEANINGS = {404: "no such collection, experiment, channel, level (only levels that hold data are arrays) or "
+                 "chunk; a chunk whose voxels are all 0 (the fill value)",
             413: "the chunk is over NDSTORE_MAX_CUTOUT_BYTES"}
 
 
@@ -70,7 +71,9 @@ class ArrayView(PrecomputedView):
 class ChunkView(PrecomputedView):
     @extend_schema(summary="One Zarr chunk: c/{t}/{z}/{y}/{x}",
                    description="Little-endian voxels of (1, cuboid z, y, x), C order, read through the cache tier; "
-                               "past the level's extent filled with 0.",
+                               "past the level's extent filled with 0. A chunk whose voxels are all 0 (never "
+                               "written, or written as 0: the store keeps neither) is a 404, which zarr readers "
+                               "read as fill_value 0.",
                    responses={(200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY),
                               304: NOT_MODIFIED, **errors(401, 403, 404, 413, 429, 500, 503, meanings=MEANINGS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
@@ -81,6 +84,9 @@ class ChunkView(PrecomputedView):
         cutout = make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes)
         budget.reserve(request, 2 * int(np.prod(whole)) * volume.dtype.itemsize)  # the read and the padded chunk
         data = services().tier("cache", "cache").read(cutout)[0]
+        if not data.any():
+            raise NotFound(f"chunk c/{'/'.join(map(str, index))} holds only the fill value: every voxel is 0 "
+                           "(the store keeps no all-zero cuboid; zarr readers read a missing chunk as fill_value 0)")
         chunk = np.zeros(whole, volume.dtype.newbyteorder("<"))
         chunk[tuple(slice(0, n) for n in data.shape)] = data
         return channel_file(chan, chunk.tobytes(), "application/octet-stream")
