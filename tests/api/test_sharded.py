@@ -90,3 +90,17 @@ def test_a_range_of_the_indexes_reads_no_chunk_and_a_write_shows_at_once(admin: 
     assert r.status_code == 201
     again = admin.get("/precomputed-sharded/sh/e1/img16/0/0.shard", HTTP_RANGE=f"bytes={first}-{first + 1}")
     assert np.frombuffer(again.content, "<u2")[0] == 4242
+
+
+def test_a_label_shard_is_compressed_segmentation_with_an_etag_on_its_ranges(admin: APIClient, sh: Any) -> None:
+    if not precomputed.cseg_available():
+        pytest.skip("the compressed_segmentation codec is not installed")
+    fill_levels(admin, sh, "ann64", Box(LO, HI), "anisotropic", 1)
+    scale = json.loads(admin.get("/precomputed-sharded/sh/e1/ann64/info").content)["scales"][0]
+    shard = f"/precomputed-sharded/sh/e1/ann64/0/{0:0{-(-scale['sharding']['shard_bits'] // 4)}x}.shard"
+    whole = admin.get(shard)
+    assert whole.status_code == 200
+    index = admin.get(shard, HTTP_RANGE="bytes=0-15")
+    assert index.status_code == 206 and index.content == whole.content[:16] and index["ETag"] == whole["ETag"]
+    assert admin.get(shard, HTTP_RANGE="bytes=0-15",
+                     HTTP_IF_NONE_MATCH=whole["ETag"]).status_code == 304
