@@ -66,6 +66,10 @@ class BlazeTier:
         fmt = wire.FORMATS["application/blosc"]
         self.write_body(cutout, fmt.encode(data.reshape(cutout.shape)), fmt.media_type, has_time=True)
 
+    def has_pending(self, names: Sequence[str]) -> bool:
+        """Whether any NDBlaze write to these supercuboids is still pending (one snapshot)."""
+        return self._checked(lambda: any(self.buffer.pending_seqs(names).values()))
+
     def read(self, cutout: Cutout) -> Array:
         """Base data plus, in each supercuboid, the blobs still pending *in that supercuboid*, in
         seq order. A blob spanning two supercuboids may be merged into one and pending in the

@@ -148,3 +148,25 @@ def test_json_documents_are_sent_whole_whatever_the_range(admin: Any, written: A
         r = admin.get(url, HTTP_RANGE="bytes=-1")
         assert r.status_code == 200 and r.content == whole.content and r["Accept-Ranges"] == "none"
         assert admin.get(url, HTTP_IF_NONE_MATCH=whole["ETag"]).status_code == 304
+
+
+@pytest.mark.parametrize("path", ["/v1/cutout/", "/v1/direct/cutout/", "/v1/blaze/cutout/"])
+def test_a_write_through_any_path_shows_at_once_in_every_standard_view(admin: Any, written: Any, path: str) -> None:
+    """Precomputed, sharded and zarr read live: a write through the cache tier, straight to the
+    base tier, or into the NDBlaze buffer (still pending: no merge ran) changes what they serve."""
+    data, values = written
+    x, y, z = BOX[0][0], BOX[1][0], BOX[2][0]
+    chunk = admin.get("/zarr/bh/e1/img8/0/zarr.json").json()["chunk_grid"]["configuration"]["chunk_shape"]
+    views = {"precomputed": _urls(data)["precomputed"], "sharded": "/precomputed-sharded/bh/e1/img8/0/0.shard",
+             "zarr": f"/zarr/bh/e1/img8/0/c/0/{z // chunk[1]}/{y // chunk[2]}/{x // chunk[3]}"}
+    before = {view: admin.get(url) for view, url in views.items()}
+    assert {view: r.status_code for view, r in before.items()} == dict.fromkeys(views, 200), before
+    one = np.array([[[values[0, 0, 0] ^ 0xFF]]], np.uint8)
+    url = data.cutout("img8", 0, (x, x + 1), (y, y + 1), (z, z + 1)).replace("/v1/cutout/", path)
+    r = admin.generic("POST", url, wire.format_for("application/blosc").encode(one), content_type="application/blosc")
+    assert r.status_code == 201, r.content
+    for view, url in views.items():
+        again = admin.get(url, HTTP_IF_NONE_MATCH=before[view]["ETag"])
+        assert again.status_code == 200 and again["ETag"] != before[view]["ETag"], (path, view)
+        assert again.content != before[view].content, (path, view)
+    assert admin.get(views["precomputed"]).content[0] == one[0, 0, 0]  # the box starts at the written voxel

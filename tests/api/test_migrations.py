@@ -21,7 +21,7 @@ def test_0009_keeps_every_level_of_existing_channels_advertised() -> None:
     coll = old.get_model("ndstore", "Collection").objects.create(name="c")
     exps = {levels: old.get_model("ndstore", "Experiment").objects.create(
         collection=coll, name=f"e{levels}", coord_frame=frame, num_hierarchy_levels=levels) for levels in (1, 4)}
-    for levels, exp in exps.items():
+    for exp in exps.values():
         old.get_model("ndstore", "Channel").objects.create(experiment=exp, name="img")
 
     executor = MigrationExecutor(connection)  # reloads the graph: the last run changed what is applied

@@ -156,10 +156,16 @@ def test_healthz_names_the_failing_redis_and_recovers_without_a_restart(live: St
         server.send_signal(signal.SIGCONT)
     print(f"200 again {healthy(live):.2f}s after the NDBlaze redis-server resumed")
 
-    # ... then crashes, and is started again
+    # ... then crashes, and is started again; meanwhile a viewer still reads (what /v1/cutout/ reads)
+    viewed = live.channel("viewed", (128, 128, 16))
+    box = Box((0, 0, 0), (64, 64, 16))
+    shown = np.full(box.shape_zyx, 5, np.uint8)
+    assert viewed.write(box, shown).status_code == 201
     server.send_signal(signal.SIGKILL)
     server.wait()
     failing(live, {"blaze_redis"})
+    chunk = live.session().get(f"{live.url}/precomputed/viewed/e/c/0/0-64_0-64_0-16", timeout=30)
+    assert chunk.status_code == 200 and chunk.content == shown.tobytes(), chunk.text[:200]
     start_again(live, server, port)
     print(f"200 again {healthy(live):.2f}s after the NDBlaze redis-server was back")
 

@@ -21,7 +21,15 @@ from rest_framework.response import Response
 
 from ndstore.api import browser_http, budget, levels
 from ndstore.api.schema import errors
-from ndstore.api.views.precomputed import INFO, NOT_MODIFIED, PrecomputedView, channel_file, channel_for, voxel_nm_of
+from ndstore.api.views.precomputed import (
+    INFO,
+    NOT_MODIFIED,
+    PrecomputedView,
+    channel_file,
+    channel_for,
+    live_read,
+    voxel_nm_of,
+)
 from ndstore.core import precomputed, sharded
 from ndstore.core.errors import NotFound
 from ndstore.core.geometry import Box
@@ -96,9 +104,8 @@ def _encoded_shard(request: Any, volume: ChannelVolume, level: int, t: int, shar
     """A whole shard of encoded chunks (compressed_segmentation): every chunk read and encoded."""
     boxes = [box for _, box in shards.chunks(number)]
     budget.reserve(request, 2 * sum(box.nvoxels for box in boxes) * volume.dtype.itemsize)
-    tier = services().tier("cache", "cache")
     limit = services().config.max_cutout_bytes
-    chunks = [precomputed.encode_chunk(tier.read(make_cutout(volume, level, box, range(t, t + 1), limit))[0],
+    chunks = [precomputed.encode_chunk(live_read(make_cutout(volume, level, box, range(t, t + 1), limit))[0],
                                        precomputed.COMPRESSED_SEGMENTATION) for box in boxes]
     head = sharded.shard_layout(shards, number, [len(c) for c in chunks])[0].header
     return b"".join([head or b"", *chunks])
@@ -108,14 +115,13 @@ def _read(request: Any, volume: ChannelVolume, level: int, t: int, pieces: list[
           last: int) -> bytes:
     parts = list(sharded.overlapping(pieces, first, last))
     budget.reserve(request, 2 * sum(piece.size for piece, _, _ in parts if piece.box is not None))
-    tier = services().tier("cache", "cache")
     out = []
     for piece, lo, hi in parts:
         if piece.header is not None:
             out.append(piece.header[lo:hi])
         else:
             box: Box = piece.box  # type: ignore[assignment]
-            data = tier.read(make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes))[0]
+            data = live_read(make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes))[0]
             out.append(precomputed.encode_chunk(data, precomputed.RAW)[lo:hi])
     return b"".join(out)
 

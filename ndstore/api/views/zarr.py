@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from ndstore.api import auth, budget, levels, lookups
 from ndstore.api.models import Channel
 from ndstore.api.schema import errors
-from ndstore.api.views.precomputed import NOT_MODIFIED, PrecomputedView, channel_file, voxel_nm_of
+from ndstore.api.views.precomputed import NOT_MODIFIED, PrecomputedView, channel_file, live_read, voxel_nm_of
 from ndstore.core import zarr_view
 from ndstore.core.errors import NotFound
 from ndstore.engine.volume import ChannelVolume, make_cutout
@@ -83,7 +83,7 @@ class ChunkView(PrecomputedView):
         t, box, whole = zarr_view.chunk_box(volume, level, volume.num_time_samples, index)
         cutout = make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes)
         budget.reserve(request, 2 * int(np.prod(whole)) * volume.dtype.itemsize)  # the read and the padded chunk
-        data = services().tier("cache", "cache").read(cutout)[0]
+        data = live_read(cutout)[0]
         if not data.any():
             raise NotFound(f"chunk c/{'/'.join(map(str, index))} holds only the fill value: every voxel is 0 "
                            "(the store keeps no all-zero cuboid; zarr readers read a missing chunk as fill_value 0)")
