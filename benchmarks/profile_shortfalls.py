@@ -4,7 +4,7 @@ it) while one workload runs for a fixed time, and the hottest functions by own t
 inclusive time are written to results/profile_<workload>.md (+ the collapsed stacks, for a
 flame graph with any speedscope/flamegraph tool).
 
-    python -m benchmarks.profile_shortfalls [--seconds 20] [hot_read cache_write small_writes]
+    python -m benchmarks.profile_shortfalls [--seconds 20] [hot_read direct_read cache_write small_writes]
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
     def hot_read(i: int) -> None:
         read_body(sessions[i], region(i), {"Accept": "application/blosc"})
 
+    def direct_read(i: int) -> None:
+        read_body(sessions[i], region(i).replace("/v1/cutout/", "/v1/direct/cutout/"), {"Accept": "application/blosc"})
+
     def cache_write(i: int) -> None:
         sessions[i].post(region(i), data=bodies[i], headers={"Content-Type": "application/blosc"}).raise_for_status()
 
@@ -50,7 +53,8 @@ def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
         sessions[i].post(f"{stack.url}/v1/cutout/{prefix}/{x}:{x + 64}/{y}:{y + 64}/{z}:{z + 8}/", data=small,
                          headers={"Content-Type": "application/blosc"}).raise_for_status()
 
-    return {"hot_read": hot_read, "cache_write": cache_write, "small_writes": small_writes}
+    return {"hot_read": hot_read, "direct_read": direct_read, "cache_write": cache_write,
+            "small_writes": small_writes}
 
 
 def run_for(fn: Any, seconds: float) -> int:

@@ -16,11 +16,11 @@ precomputed and zarr views): what a viewer running on another origin, or a shard
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable
 
+import blake3
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import get_conditional_response
 
@@ -44,8 +44,11 @@ def is_data_path(path: str) -> bool:
 
 
 def strong_etag(body: bytes) -> str:
-    # sha256 runs at ~2 GB/s here (SHA extensions): a 16 MiB body costs ~8 ms.
-    return f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+    """128 bits of BLAKE3 of the body: cryptographic (a writer cannot craft another body with the
+    same ETag to hide a change from a reader's If-None-Match), and ~5 GB/s on one core here where
+    SHA-256 does 2: the hash was a fifth of the server's time on a 16 MiB read
+    (docs/design/standard-views.md)."""
+    return f'"{blake3.blake3(body).hexdigest(16)}"'
 
 
 def preflight() -> HttpResponse:
