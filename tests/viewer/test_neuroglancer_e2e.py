@@ -167,7 +167,6 @@ def show(live_server: Any, browser: Browser, tmp_path: Path, link_class: str, ch
     """Open the channel's landing link (zoomed out to `scale` when given), wait for its chunks and
     a drawn xy panel; return the levels the chunks read came from."""
     view, metadata, is_chunk = VIEWS[link_class]
-    public_channel = channel
     page = browser.new_page(viewport={"width": 1200, "height": 800})
     requests: list[str] = []
     responses: list[tuple[int, str]] = []
@@ -178,7 +177,7 @@ def show(live_server: Any, browser: Browser, tmp_path: Path, link_class: str, ch
 
     page.goto(f"{live_server.url}/")
     page.screenshot(path=str(tmp_path / "landing.png"), full_page=True)
-    link = page.locator(f'a.{link_class}[data-channel="{public_channel}"]')
+    link = page.locator(f'a.{link_class}[data-channel="{channel}"]')
     href = link.get_attribute("href")
     assert href is not None and href.startswith(f"{live_server.url}/neuroglancer/#!"), href
     if scale is None:
@@ -188,7 +187,7 @@ def show(live_server: Any, browser: Browser, tmp_path: Path, link_class: str, ch
     page.wait_for_url(f"{live_server.url}/neuroglancer/**")
     page.locator("canvas").first.wait_for(state="visible", timeout=TIMEOUT_S * 1000)
 
-    prefix = f"{live_server.url}/{view}/{public_channel}/"
+    prefix = f"{live_server.url}/{view}/{channel}/"
     chunks = lambda: [s for s, u in responses if u.startswith(prefix) and is_chunk(u)]  # noqa: E731
     served = (200, 206)  # a sharded reader asks for byte ranges of shard files
     wait_for(lambda: any(status in served for status in chunks()), page,
