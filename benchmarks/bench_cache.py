@@ -10,22 +10,26 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from typing import Any
 
 import blosc
 import numpy as np
 import redis
+import requests
 
 from benchmarks.bench_direct import GRID, REGION_BYTES, SC, blosc_rates, loopback_rates
 from benchmarks.common import (
     Stack,
     concurrent_rate,
+    cpu_seconds,
     create_dataset,
     fmt,
     hardware,
     latencies,
     local_stack,
     loopback_http,
+    plain_wsgi_server,
     read_body,
     summary,
     write_results,
@@ -123,6 +127,51 @@ def small_writes(stack: Stack, prefix: str, threads: int, rounds: int, per_threa
             "loopback_posts_per_s": summary(loop)}
 
 
+def tiny_requests(stack: Stack, prefix: str, rounds: int, n: int) -> dict[str, Any]:
+    """Server CPU per tiny request (DESIGN §8: a 64x64x8 write, a 1-voxel read), one client
+    thread so that no request waits on another: the whole service (web workers, Redis, nginx,
+    the daemons that write back) and the web workers alone, in ms per request; beside the same
+    requests' CPU on a plain WSGI app under gunicorn (the ceiling)."""
+    import random
+
+    s, rng = stack.session(), random.Random(7)
+    body = blosc.compress(np.random.default_rng(6).integers(0, 255, SMALL[::-1], np.uint8), typesize=1,
+                          cname="lz4", clevel=5)
+    x_max, y_max, z_max = SC[0] - SMALL[0], SC[1] - SMALL[1], SC[2] - SMALL[2]
+
+    def small_write() -> None:
+        x, y, z = rng.randrange(x_max), rng.randrange(y_max), rng.randrange(z_max)
+        s.post(f"{stack.url}/v1/cutout/{prefix}/{x}:{x + SMALL[0]}/{y}:{y + SMALL[1]}/{z}:{z + SMALL[2]}/",
+               data=body, headers={"Content-Type": "application/blosc"}).raise_for_status()
+
+    def voxel_read() -> None:
+        x, y, z = rng.randrange(SC[0]), rng.randrange(SC[1]), rng.randrange(SC[2])
+        read_body(s, f"{stack.url}/v1/cutout/{prefix}/{x}:{x + 1}/{y}:{y + 1}/{z}:{z + 1}/",
+                  {"Accept": "application/octet-stream"})
+
+    def per_request(fn: Callable[[], None], roots: list[int]) -> float:
+        before = cpu_seconds(roots)
+        for _ in range(n):
+            fn()
+        return (cpu_seconds(roots) - before) / n * 1e3
+
+    out: dict[str, Any] = {}
+    for name, fn in (("write_64x64x8", small_write), ("read_1_voxel", voxel_read)):
+        fn()  # the touched supercuboids are resident from here on
+        service, web = [], []
+        for _ in range(rounds):
+            service.append(per_request(fn, stack.pids))
+            web.append(per_request(fn, [stack.gunicorn_pid]))
+        out[name] = {"service_ms": summary(service), "web_ms": summary(web)}
+    with plain_wsgi_server() as plain:
+        bare = requests.Session()
+        plain_post = [per_request(lambda: bare.post(plain.url, data=body).raise_for_status(), [plain.pid])
+                      for _ in range(rounds)]
+        plain_get = [per_request(lambda: read_body(bare, plain.url), [plain.pid]) for _ in range(rounds)]
+    out["plain_wsgi_ms"] = {"write_64x64x8": summary(plain_post), "read_1_voxel": summary(plain_get)}
+    return out
+
+
 HEADER = ["what", "client threads", "MB/s median (min–max)", "ratio to ceiling"]
 
 
@@ -151,6 +200,12 @@ def table(record: dict[str, Any]) -> list[list[str]]:
         rows.append(["small random 64x64x8 writes, writes/s (goal ≥ 400)", str(threads), fmt(r["writes_per_s"]),
                      f"{r['writes_per_s']['median'] / r['loopback_posts_per_s']['median']:.2f} of loopback POSTs/s "
                      f"({r['loopback_posts_per_s']['median']:.0f})"])
+    for name, what in (("write_64x64x8", "64x64x8 write"), ("read_1_voxel", "1-voxel read")):
+        if name in record.get("tiny", {}):
+            r, plain = record["tiny"][name], record["tiny"]["plain_wsgi_ms"][name]["median"]
+            rows.append([f"tiny request, {what}: server CPU ms/request, service / web workers (goal ≤ 2)", "1",
+                         f"{fmt(r['service_ms'], 2)} / {fmt(r['web_ms'], 2)}",
+                         f"{r['web_ms']['median'] / plain:.0f}x plain WSGI under gunicorn ({plain:.2f} ms)"])
     return rows
 
 
@@ -173,6 +228,7 @@ def main() -> None:
             print(f"x{threads}: hot {fmt(r['hot_read'])}, cold {fmt(r['cold_read'])}, write {fmt(r['write'])}",
                   flush=True)
         record["latency"] = hot_latency(stack, prefix, 50 if args.quick else 200)
+        record["tiny"] = tiny_requests(stack, prefix, rounds, 100 if args.quick else 300)
         record["small_writes"] = {t: small_writes(stack, prefix, t, rounds, 100 if args.quick else 300)
                                   for t in thread_counts[:3]}
     print(write_results("cache_tier", record, table(record), HEADER))

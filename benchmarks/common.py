@@ -256,6 +256,41 @@ def loopback_rates(body: bytes, threads: int, rounds: int, reps: int = 1) -> dic
                 s.close()
 
 
+def plain_wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+    """The tiny-request ceiling: a WSGI app that reads the body and answers, nothing else."""
+    stream, n = environ["wsgi.input"], int(environ.get("CONTENT_LENGTH") or 0)
+    while n > 0:
+        chunk = stream.read(min(n, MiB))
+        if not chunk:
+            break
+        n -= len(chunk)
+    start_response("201 Created" if environ["REQUEST_METHOD"] == "POST" else "200 OK",
+                   [("Content-Length", "1"), ("Content-Type", "application/octet-stream")])
+    return [b"\0"]
+
+
+@contextmanager
+def plain_wsgi_server(threads: int = 4) -> Iterator[ServerProcess]:
+    """`plain_wsgi` under gunicorn with the service's worker class (gthread), one worker, on a
+    free 127.0.0.1 port: what a request costs with no framework, no auth and no storage."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
+                             "--threads", str(threads), "--log-level", "warning", "benchmarks.common:plain_wsgi"],
+                            cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        wait_until(lambda: proc.poll() is None and requests.get(url, timeout=1).status_code == 200,
+                   f"plain WSGI server on port {port}")
+        yield ServerProcess(url, proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class CeilingStore(Protocol):
     """An object store's own PUT and GET, with nothing of the service around them."""
 

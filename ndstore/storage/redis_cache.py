@@ -73,6 +73,31 @@ _CLEAN = """
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 return 1"""
+# One atomic snapshot of a small read, with no lock taken: a script runs alone, so what it reads
+# is what the last finished write left, provided no writer is between its steps (holds a write
+# lock: a write, a page-in, an eviction, a direct write) on any of the supercuboids. Answers
+# nothing (the caller takes the locked path) unless the Redis is checked (EPOCH), none is marked
+# lost, every one is resident and no writer holds one; else their fields, and they are touched.
+# KEYS: EPOCH, LOST, INDEX, then each supercuboid's hash and its writer-lock key; ARGV: now, then
+# per supercuboid its name, its field count and its fields.
+_SNAPSHOT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local at = 2
+for i = 1, (#KEYS - 3) / 2 do
+  local name = ARGV[at]
+  if redis.call('HEXISTS', KEYS[2], name) == 1 or not redis.call('ZSCORE', KEYS[3], name)
+      or redis.call('EXISTS', KEYS[3 + 2 * i]) == 1 then return false end
+  at = at + 2 + tonumber(ARGV[at + 1])
+end
+local out = {}
+at = 2
+for i = 1, (#KEYS - 3) / 2 do
+  local count = tonumber(ARGV[at + 1])
+  out[i] = redis.call('HMGET', KEYS[2 + 2 * i], unpack(ARGV, at + 2, at + 1 + count))
+  redis.call('ZADD', KEYS[3], 'XX', ARGV[1], ARGV[at])
+  at = at + 2 + count
+end
+return out"""
 _HELD = """
 return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3])}"""
 _START = """
@@ -122,6 +147,7 @@ class RedisCuboidCache:
         self._clean = client.register_script(_CLEAN)
         self._held = client.register_script(_HELD)
         self._start = client.register_script(_START)
+        self._snapshot = client.register_script(_SNAPSHOT)
 
     def resident(self, names: Sequence[str]) -> list[bool]:
         if not names:
@@ -135,6 +161,25 @@ class RedisCuboidCache:
         for name, numbers in wanted.items():
             pipe.hmget(_hash(name), _fields(numbers))
         replies = self._do(pipe.execute)
+        return {name: _checked(name, numbers, reply) for (name, numbers), reply in zip(wanted.items(), replies)}
+
+    def read_unlocked(self, wanted: Mapping[str, Sequence[int]], writer_keys: Mapping[str, str],
+                      now: float) -> dict[str, list[bytes | None]] | None:
+        """The given cuboids of each supercuboid as one atomic snapshot, taken without locks, in
+        one round trip; None (take the locked path) unless this Redis was checked, none of them
+        is marked lost or missing, and no writer holds one (``writer_keys``: each one's
+        writer-lock key, which must live in this Redis). Never on a Cluster (keys in many slots)."""
+        if self._cluster or not wanted:
+            return None
+        keys: list[str] = [EPOCH, LOST, INDEX]
+        args: list[Any] = [now]
+        for name, numbers in wanted.items():
+            fields = _fields(numbers)
+            keys += [_hash(name), writer_keys[name]]
+            args += [name, len(fields), *fields]
+        replies = self._do(lambda: self._snapshot(keys=keys, args=args))
+        if replies is None:
+            return None
         return {name: _checked(name, numbers, reply) for (name, numbers), reply in zip(wanted.items(), replies)}
 
     def get_if_resident(self, wanted: Mapping[str, Sequence[int]]) -> dict[str, list[bytes | None] | None]:

@@ -124,6 +124,11 @@ def _keys(name: str) -> list[str]:
     return [f"ndrw:{{{name}}}:{part}" for part in ("r", "w", "q", "qr", "claims", "n")]
 
 
+def writer_key(name: str) -> str:
+    """The key that exists exactly while a writer holds lock ``name`` (its token, with a lease)."""
+    return _keys(name)[1]
+
+
 class _Waker:
     """One pattern subscription per process; waiters block on an Event per lock name."""
 

@@ -17,7 +17,7 @@ from ndstore.engine.volume import ChannelVolume
 from ndstore.storage import redis_client
 from ndstore.storage.filestore import FileObjectStore
 from ndstore.storage.redis_cache import RedisCuboidCache
-from ndstore.storage.rwlock import RedisRWLocks
+from ndstore.storage.rwlock import RedisRWLocks, writer_key
 from ndstore.storage.sqlite_index import SqliteSupercuboidIndex
 
 
@@ -27,7 +27,7 @@ def make_cache_tier(root: Path, redis_url: str) -> CacheTier:
     index.ensure_ready()
     locks = RedisRWLocks(redis_client.connect(redis_url), timeout_s=30)
     base = BaseTier(objects, index, locks)
-    tier = CacheTier(RedisCuboidCache(redis_client.connect(redis_url)), base, locks)
+    tier = CacheTier(RedisCuboidCache(redis_client.connect(redis_url)), base, locks, writer_key=writer_key)
     tier.verify()  # as the service's start does: the Redis checked against its ledger, its run marked
     return tier
 
