@@ -48,7 +48,7 @@ from ndstore.storage.locks import LocalLocks
 from ndstore.storage.rate_limit import RedisRateLimiter
 from ndstore.storage.redis_cache import RedisCuboidCache
 from ndstore.storage.redis_metrics import RedisMetrics
-from ndstore.storage.rwlock import RedisRWLocks, writer_key
+from ndstore.storage.rwlock import RedisRWLocks, lock_keys
 from ndstore.storage.s3 import S3ObjectStore
 from ndstore.storage.sqlite_index import SqliteSupercuboidIndex
 from ndstore.storage.sqlite_job_state import SqliteJobState
@@ -223,7 +223,7 @@ def build(config: Config) -> Services:
     # small reads skip the locks when the locks' keys live in the cache's Redis (CacheTier.read)
     shared = isinstance(locks, RedisRWLocks) and cache_url == config.redis_url
     cache = CacheTier(RedisCuboidCache(redis_client.connect(cache_url)), base, locks, config.io_parallelism,
-                      observer=metrics, writer_key=writer_key if shared else None)
+                      observer=metrics, lock_keys=lock_keys if shared else None)
     direct = CoherentDirect(cache)
     # NDBlaze bodies reach 1 GiB: a write may take longer than redis-py's default 5 s timeout.
     blaze_redis = redis_client.connect(config.blaze_redis_url, socket_timeout=300)

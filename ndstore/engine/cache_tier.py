@@ -3,9 +3,12 @@ cache, the readers-writer locks and the base tier: everything else (direct I/O, 
 and merges, the flusher and the cache manager, downsampling, purges) calls the small surface
 below, so the coherence protocol between a cached copy and the base tier is written once.
 
-Small read (at most SNAPSHOT_CUBOIDS cuboids, locks in the cache's own Redis): one script reads
-the cuboids as an atomic snapshot without taking a lock, when every supercuboid is resident, none
-is lost and no writer holds one; otherwise, and for every larger read, the locked read below.
+Small read and write (at most SNAPSHOT_CUBOIDS cuboids, locks in the cache's own Redis): no lock
+is taken. A read is one script that reads the cuboids as an atomic snapshot when every
+supercuboid is resident, none is lost and no writer holds one. A write reads the partly covered
+cuboids so (with their digests), merges, and commits in one script only if no one holds a lock on
+them and those cuboids still have the digests it read (optimistic: two round trips instead of
+five). Otherwise, and for every larger request, the locked read and write below.
 Read: plan the box into supercuboids; take read locks on the resident ones and write locks on
 the missing ones, together (one consistent snapshot); page in what is still missing (re-checked
 under its write lock, so concurrent misses of one supercuboid fetch it once) and use those blobs
@@ -97,11 +100,11 @@ class Rewrite:
 class CacheTier:
     def __init__(self, cache: CuboidCache, base: BaseTier, locks: RWLocks, parallelism: int = 8,
                  clock: Callable[[], float] = time.time, observer: Observer = NULL,
-                 writer_key: Callable[[str], str] | None = None):
-        """``writer_key``: the key of a supercuboid's lock that exists while a writer holds it,
-        when ``locks`` keep their keys in the cache's own Redis: small reads then take the
-        lock-free snapshot (see the module's docstring). None: every read takes locks."""
-        self._writer_key = writer_key
+                 lock_keys: Callable[[str], tuple[str, str]] | None = None):
+        """``lock_keys``: a supercuboid lock's (readers, writer) keys, when ``locks`` keep their
+        keys in the cache's own Redis: small reads and writes then go without locks (see the
+        module's docstring). None: every request takes locks."""
+        self._lock_keys = lock_keys
         self._observer = observer
         self._cache = cache
         self._base = base
@@ -136,13 +139,13 @@ class CacheTier:
     def _read_unlocked(self, cutout: Cutout, plan: Plan, out: Array) -> bool:
         """The lock-free snapshot of a small read into ``out``; False when it does not apply
         (too many cuboids, no writer keys) or Redis declined it (then nothing was written)."""
-        if self._writer_key is None or len(plan.parts) > SNAPSHOT_CUBOIDS:
+        if self._lock_keys is None or len(plan.parts) > SNAPSHOT_CUBOIDS:
             return False
         wanted = {p.key.name: [n for n, _, _ in self._touching(p.part, plan.grid)] for p in plan.parts}
         if sum(len(numbers) for numbers in wanted.values()) > SNAPSHOT_CUBOIDS:
             return False
         try:
-            blobs = self._cache.read_unlocked(wanted, {n: self._writer_key(n) for n in wanted}, self._clock())
+            blobs = self._cache.read_unlocked(wanted, {n: self._lock_keys(n)[1] for n in wanted}, self._clock())
         except DamagedInCache:
             return False  # the locked read finds it again and repairs it
         if blobs is None or any(b is None for found in blobs.values() for b in found):
@@ -230,12 +233,39 @@ class CacheTier:
     def write(self, cutout: Cutout, data: Array) -> None:
         if data.shape != cutout.shape or data.dtype != cutout.channel.dtype:
             raise InvalidBody(f"data {data.shape} {data.dtype} does not fit the box {cutout.shape}")
+        if self._write_unlocked(cutout, data):
+            return
         self.guard(cutout.plan().names)
         try:
             self._write(cutout, data)
         except DamagedInCache as exc:  # a partly covered cuboid to merge into: dropped, paged in again
             self._repair(exc)
             self._write(cutout, data)
+
+    def _write_unlocked(self, cutout: Cutout, data: Array) -> bool:
+        """The optimistic small write (see the module's docstring); False when it does not apply
+        or something it read changed before it could commit (then it stored nothing)."""
+        plan = cutout.plan()
+        if self._lock_keys is None or cutout.channel.write_through or len(plan.parts) > SNAPSHOT_CUBOIDS:
+            return False
+        grid = plan.grid
+        touching = {p.key.name: self._touching(p.part, grid) for p in plan.parts}
+        if sum(len(items) for items in touching.values()) > SNAPSHOT_CUBOIDS:
+            return False
+        partly = {name: [n for n, cbox, sub in items if sub != cbox] for name, items in touching.items()}
+        keys = {name: self._lock_keys(name) for name in touching}
+        try:
+            seen = self._cache.read_for_update(partly, {n: k[1] for n, k in keys.items()}, self._clock())
+        except DamagedInCache:
+            return False  # the locked write finds it again and repairs it
+        if seen is None or any(v is None for blobs, digests in seen.values() for v in blobs + digests):
+            return False  # not resident, lost, locked, or a blob stored before digests were
+        new = {p.key.name: {META: _meta(data.dtype, grid),
+                            **self._merged(p, grid, data[p.time_index][p.part.in_box(cutout.box)], touching[p.key.name],
+                                           dict(zip(partly[p.key.name], seen[p.key.name][0])))}
+               for p in plan.parts}
+        expected = {name: dict(zip(partly[name], seen[name][1])) for name in partly}
+        return self._cache.commit_unlocked(new, expected, keys, self._clock())
 
     def _write(self, cutout: Cutout, data: Array) -> None:
         plan = cutout.plan()
@@ -261,7 +291,14 @@ class CacheTier:
 
     def _merge(self, planned: PlannedPart, grid: Grid, src: Array, touching: list[Any],
                old: dict[int, bytes | None]) -> None:
-        key, part = planned.key, planned.part
+        new = self._merged(planned, grid, src, touching, old)
+        self._cache.put(planned.key.name, {META: _meta(src.dtype, grid), **new}, self._clock(), dirty=True)
+
+    def _merged(self, planned: PlannedPart, grid: Grid, src: Array, touching: list[Any],
+                old: dict[int, bytes | None]) -> dict[int, bytes]:
+        """The new blobs of the cuboids ``src`` touches: whole ones compressed, partly covered
+        ones merged into their ``old`` blob."""
+        part = planned.part
         shape = (grid.cuboid[2], grid.cuboid[1], grid.cuboid[0])
         local = part.local_region(grid)
 
@@ -274,8 +311,7 @@ class CacheTier:
             cuboid[sub.slices_zyx(cbox.lo)] = piece
             return n, compress_cuboid(cuboid)
 
-        new = dict(map_ordered(self._codec, merged, touching))
-        self._cache.put(key.name, {META: _meta(src.dtype, grid), **new}, self._clock(), dirty=True)
+        return dict(map_ordered(self._codec, merged, touching))
 
     # -- coherence with the base tier: direct I/O, NDBlaze reads and merges --------------------
     @contextmanager

@@ -93,11 +93,48 @@ local out = {}
 at = 2
 for i = 1, (#KEYS - 3) / 2 do
   local count = tonumber(ARGV[at + 1])
-  out[i] = redis.call('HMGET', KEYS[2 + 2 * i], unpack(ARGV, at + 2, at + 1 + count))
+  out[i] = count > 0 and redis.call('HMGET', KEYS[2 + 2 * i], unpack(ARGV, at + 2, at + 1 + count)) or {}
   redis.call('ZADD', KEYS[3], 'XX', ARGV[1], ARGV[at])
   at = at + 2 + count
 end
 return out"""
+# A write made without locks (CacheTier.write), applied only if nothing it relied on changed since
+# its snapshot: the Redis is checked, no supercuboid is lost, each is resident, no one holds its
+# lock (a writer between its steps, or a reader: the flusher writes back under a read lock and then
+# clears the dirty mark, which must not forget this write), and each partly covered cuboid it
+# merged into still has the digest it read. Then as _COMMIT with dirty: the new cuboids, resident,
+# dirty with a fresh seq. 1 if applied, 0 if not (nothing changed; the caller takes the locks).
+# KEYS: EPOCH, LOST, INDEX, DIRTY, SEQ, SEQS, then per supercuboid its hash, its lock's readers
+# and writer; ARGV: now, then per supercuboid its name, the count of digests expected and
+# (field, digest) pairs, the count of new fields and (field, value) pairs.
+_COMMIT_UNLOCKED = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local at = 2
+for i = 1, (#KEYS - 6) / 3 do
+  local b = 6 + 3 * (i - 1)
+  local name = ARGV[at]
+  if redis.call('HEXISTS', KEYS[2], name) == 1 or not redis.call('ZSCORE', KEYS[3], name)
+      or redis.call('EXISTS', KEYS[b + 3]) == 1 or redis.call('ZCARD', KEYS[b + 2]) > 0 then return 0 end
+  local expected = tonumber(ARGV[at + 1])
+  for j = 0, expected - 1 do
+    if redis.call('HGET', KEYS[b + 1], ARGV[at + 2 + 2 * j]) ~= ARGV[at + 3 + 2 * j] then return 0 end
+  end
+  at = at + 2 + 2 * expected
+  at = at + 1 + 2 * tonumber(ARGV[at])
+end
+at = 2
+for i = 1, (#KEYS - 6) / 3 do
+  local b = 6 + 3 * (i - 1)
+  local name = ARGV[at]
+  at = at + 2 + 2 * tonumber(ARGV[at + 1])
+  local count = tonumber(ARGV[at])
+  if count > 0 then redis.call('HSET', KEYS[b + 1], unpack(ARGV, at + 1, at + 2 * count)) end
+  redis.call('ZADD', KEYS[3], ARGV[1], name)
+  redis.call('ZADD', KEYS[4], 'NX', ARGV[1], name)
+  redis.call('HSET', KEYS[6], name, redis.call('INCR', KEYS[5]))
+  at = at + 1 + 2 * count
+end
+return 1"""
 _HELD = """
 return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3])}"""
 _START = """
@@ -148,6 +185,7 @@ class RedisCuboidCache:
         self._held = client.register_script(_HELD)
         self._start = client.register_script(_START)
         self._snapshot = client.register_script(_SNAPSHOT)
+        self._commit_unlocked = client.register_script(_COMMIT_UNLOCKED)
 
     def resident(self, names: Sequence[str]) -> list[bool]:
         if not names:
@@ -169,6 +207,12 @@ class RedisCuboidCache:
         one round trip; None (take the locked path) unless this Redis was checked, none of them
         is marked lost or missing, and no writer holds one (``writer_keys``: each one's
         writer-lock key, which must live in this Redis). Never on a Cluster (keys in many slots)."""
+        seen = self.read_for_update(wanted, writer_keys, now)
+        return None if seen is None else {name: blobs for name, (blobs, _) in seen.items()}
+
+    def read_for_update(self, wanted: Mapping[str, Sequence[int]], writer_keys: Mapping[str, str],
+                        now: float) -> dict[str, tuple[list[bytes | None], list[bytes | None]]] | None:
+        """`read_unlocked`, with each blob's stored digest: what `commit_unlocked` checks."""
         if self._cluster or not wanted:
             return None
         keys: list[str] = [EPOCH, LOST, INDEX]
@@ -180,7 +224,24 @@ class RedisCuboidCache:
         replies = self._do(lambda: self._snapshot(keys=keys, args=args))
         if replies is None:
             return None
-        return {name: _checked(name, numbers, reply) for (name, numbers), reply in zip(wanted.items(), replies)}
+        return {name: (_checked(name, numbers, reply), reply[len(numbers):])
+                for (name, numbers), reply in zip(wanted.items(), replies)}
+
+    def commit_unlocked(self, blobs: Mapping[str, Mapping[int, bytes]], expected: Mapping[str, Mapping[int, bytes]],
+                        lock_keys: Mapping[str, tuple[str, str]], now: float) -> bool:
+        """Store each supercuboid's new cuboid blobs and mark it dirty, all of them or none, only
+        if no one holds its lock (``lock_keys``: readers, writer) and the cuboids in ``expected``
+        still have those digests (see _COMMIT_UNLOCKED). False: nothing was stored."""
+        if self._cluster:
+            return False
+        keys: list[str] = [EPOCH, LOST, INDEX, DIRTY, SEQ, SEQS]
+        args: list[Any] = [now]
+        for name, new in blobs.items():
+            keys += [_hash(name), *lock_keys[name]]
+            digests = expected.get(name, {})
+            args += [name, len(digests), *(v for n, d in digests.items() for v in (digest_field(n), d))]
+            args += [2 * len(new), *(v for n, b in new.items() for v in (str(n), b, digest_field(n), _digest(b)))]
+        return bool(self._do(lambda: self._commit_unlocked(keys=keys, args=args)))
 
     def get_if_resident(self, wanted: Mapping[str, Sequence[int]]) -> dict[str, list[bytes | None] | None]:
         """The given cuboids of each supercuboid that is resident, None for one that is not; one

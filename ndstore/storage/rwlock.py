@@ -124,9 +124,12 @@ def _keys(name: str) -> list[str]:
     return [f"ndrw:{{{name}}}:{part}" for part in ("r", "w", "q", "qr", "claims", "n")]
 
 
-def writer_key(name: str) -> str:
-    """The key that exists exactly while a writer holds lock ``name`` (its token, with a lease)."""
-    return _keys(name)[1]
+def lock_keys(name: str) -> tuple[str, str]:
+    """(readers, writer) of lock ``name``: the sorted set of its readers (empty or absent while
+    none holds it, though a dead reader's entry stays until a script prunes it) and the key that
+    exists exactly while a writer holds it. For scripts that must not run beside a holder."""
+    readers, writer = _keys(name)[:2]
+    return readers, writer
 
 
 class _Waker:

@@ -17,17 +17,20 @@ from ndstore.engine.volume import ChannelVolume
 from ndstore.storage import redis_client
 from ndstore.storage.filestore import FileObjectStore
 from ndstore.storage.redis_cache import RedisCuboidCache
-from ndstore.storage.rwlock import RedisRWLocks, writer_key
+from ndstore.storage.rwlock import RedisRWLocks, lock_keys
 from ndstore.storage.sqlite_index import SqliteSupercuboidIndex
 
 
-def make_cache_tier(root: Path, redis_url: str) -> CacheTier:
+def make_cache_tier(root: Path, redis_url: str, lock_free: bool = True) -> CacheTier:
+    """`lock_free`: small requests skip the locks (the service's wiring, whose locks live in the
+    cache's Redis); False: every request takes them."""
     objects, index = FileObjectStore(root / "objects", fsync=False), SqliteSupercuboidIndex(root / "index.db")
     objects.ensure_ready()
     index.ensure_ready()
     locks = RedisRWLocks(redis_client.connect(redis_url), timeout_s=30)
     base = BaseTier(objects, index, locks)
-    tier = CacheTier(RedisCuboidCache(redis_client.connect(redis_url)), base, locks, writer_key=writer_key)
+    tier = CacheTier(RedisCuboidCache(redis_client.connect(redis_url)), base, locks,
+                     lock_keys=lock_keys if lock_free else None)
     tier.verify()  # as the service's start does: the Redis checked against its ledger, its run marked
     return tier
 

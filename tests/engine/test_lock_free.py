@@ -1,4 +1,5 @@
-"""Small reads take one lock-free atomic snapshot (CacheTier.read, RedisCuboidCache.read_unlocked)
+"""Small reads and writes go without locks: a read is one atomic snapshot, a write commits only if
+nothing it read changed (CacheTier, RedisCuboidCache.read_unlocked, read_for_update, commit_unlocked)
 and fall back to the locked read whenever it would not be safe: a writer holds the lock, the
 supercuboid is not resident, is marked lost, is damaged, or the Redis is not checked."""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +22,7 @@ from ndstore.engine.volume import make_cutout
 from ndstore.storage import redis_client
 from ndstore.storage.redis_cache import EPOCH, RedisCuboidCache
 from ndstore.storage.rwlock import RedisRWLocks
-from tests.engine.conftest import small_channel
+from tests.engine.conftest import make_cache_tier, small_channel
 
 CHANNEL = small_channel("uint8", cid=41)
 GRID = CHANNEL.grid(0)
@@ -143,3 +145,88 @@ def test_a_small_read_of_a_missing_supercuboid_pages_it_in(cache_tier: CacheTier
     with cache_tier.exclusive([name]):  # written back and dropped
         pass
     np.testing.assert_array_equal(cache_tier.read(cut(SMALL)), data[0][SMALL.slices_zyx()][None])
+
+
+# -- small writes: optimistic, committed only if nothing they read changed ----------------------
+def test_a_small_resident_write_is_two_round_trips(cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = values(WHOLE, 21)
+    cache_tier.write(cut(WHOLE), data)
+    cache_tier.write(cut(SMALL), values(SMALL, 22))  # Redis has loaded the scripts
+    trips = RoundTrips(monkeypatch)
+    sent, _ = trips.during(lambda: cache_tier.write(cut(SMALL), values(SMALL, 23)))
+    assert sent == 2  # the snapshot of the partly covered cuboids, the conditional commit
+    data[0][SMALL.slices_zyx()] = values(SMALL, 23)[0]
+    np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
+    assert cache_tier.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
+
+
+@pytest.mark.parametrize("held", ["read", "write"])
+def test_a_small_write_waits_for_any_holder_of_its_lock(cache_tier: CacheTier, redis_url: str, held: str) -> None:
+    """A reader holding the lock may be the flusher, between writing the supercuboid back and
+    clearing its dirty mark: a write committed then would never be written back."""
+    data = values(WHOLE, 24)
+    cache_tier.write(cut(WHOLE), data)
+    other_process = RedisRWLocks(redis_client.connect(redis_url), timeout_s=30)
+    (name,) = cut(SMALL).plan().names
+    done = threading.Event()
+    with getattr(other_process, held)([name]):
+        writer = threading.Thread(target=lambda: (cache_tier.write(cut(SMALL), values(SMALL, 25)), done.set()))
+        writer.start()
+        time.sleep(0.5)
+        assert not done.is_set()
+    writer.join(10)
+    assert done.is_set()
+    data[0][SMALL.slices_zyx()] = values(SMALL, 25)[0]
+    np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
+
+
+def test_a_small_write_raced_by_another_write_into_its_cuboids_loses_neither(
+        cache_tier: CacheTier, tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer changes a cuboid this write merges into between its snapshot and its
+    commit: the commit is refused, the write is made again under locks, and both writes stay."""
+    data = values(WHOLE, 26)
+    cache_tier.write(cut(WHOLE), data)
+    other = make_cache_tier(tmp_path, redis_url, lock_free=False)
+    beside = Box((SMALL.hi[0], SMALL.lo[1], SMALL.lo[2]), (SMALL.hi[0] + 4, SMALL.hi[1], SMALL.hi[2]))  # same cuboid
+    assert cut(beside).plan().names == cut(SMALL).plan().names
+    snapshot = cache_tier._cache.read_for_update
+    refused: list[bool] = []
+    commit = cache_tier._cache.commit_unlocked
+
+    def raced(*args: Any, **kwargs: Any) -> Any:
+        seen = snapshot(*args, **kwargs)
+        if not refused:
+            other.write(cut(beside), values(beside, 27))
+        return seen
+
+    def counted(*args: Any, **kwargs: Any) -> bool:
+        applied = commit(*args, **kwargs)
+        refused.append(not applied)
+        return applied
+
+    monkeypatch.setattr(cache_tier._cache, "read_for_update", raced)
+    monkeypatch.setattr(cache_tier._cache, "commit_unlocked", counted)
+    cache_tier.write(cut(SMALL), values(SMALL, 28))
+    assert refused == [True]  # the optimistic commit saw the change and stored nothing
+    data[0][beside.slices_zyx()] = values(beside, 27)[0]
+    data[0][SMALL.slices_zyx()] = values(SMALL, 28)[0]
+    np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
+
+
+def test_concurrent_small_writes_into_one_cuboid_all_land(tmp_path: Path, redis_url: str) -> None:
+    redis.Redis.from_url(redis_url).flushdb()
+    tiers = [make_cache_tier(tmp_path, redis_url) for _ in range(4)]
+    tiers[0].write(cut(WHOLE), np.zeros((1, *WHOLE.shape_zyx), np.uint8))
+    columns = [Box((x, 0, 0), (x + 1, 8, 2)) for x in range(32)]  # 32 writes into cuboid 0
+
+    def write(i: int) -> None:
+        for box in columns[i::4]:
+            tiers[i].write(cut(box), np.full((1, *box.shape_zyx), box.lo[0] + 1, np.uint8))
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    got = tiers[0].read(cut(Box((0, 0, 0), (32, 8, 2))))[0]
+    np.testing.assert_array_equal(got, np.broadcast_to(np.arange(1, 33, dtype=np.uint8), (2, 8, 32)))
