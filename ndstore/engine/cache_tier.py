@@ -3,7 +3,8 @@ cache, the readers-writer locks and the base tier: everything else (direct I/O, 
 and merges, the flusher and the cache manager, downsampling, purges) calls the small surface
 below, so the coherence protocol between a cached copy and the base tier is written once.
 
-Small read and write (at most SNAPSHOT_CUBOIDS cuboids, locks in the cache's own Redis): no lock
+Small read and write (at most SNAPSHOT_CUBOIDS and LOCK_FREE_WRITE_CUBOIDS cuboids, locks in the
+cache's own Redis): no lock
 is taken. A read is one script that reads the cuboids as an atomic snapshot when every
 supercuboid is resident, none is lost and no writer holds one. A write reads the partly covered
 cuboids so (with their digests), merges, and commits in one script only if no one holds a lock on
@@ -65,10 +66,12 @@ log = logging.getLogger(__name__)
 Array = npt.NDArray[Any]
 T = TypeVar("T")
 READ_BATCH = 256  # supercuboids per locked snapshot of a read (see CacheTier.read)
-# Reads of at most this many cuboids (4 MiB of uint8) try the lock-free snapshot first: it saves
-# six round trips of a small read; above it, Redis copying the cuboids into and out of Lua costs
-# more than the round trips cost.
+# Reads of at most this many cuboids (4 MiB of uint8) and writes of at most LOCK_FREE_WRITE_CUBOIDS
+# go without locks (see above). Measured in-process (docs/design/serving.md, section 5): faster
+# at every size up to these; a write's new cuboids go through its commit script's arguments,
+# which Redis copies into Lua: at 16 cuboids that cost more than the round trips it saves.
 SNAPSHOT_CUBOIDS = 16
+LOCK_FREE_WRITE_CUBOIDS = 8
 META = -1  # cache field holding "dtype cuboid-shape counts", so the flusher needs no metadata DB
 
 
@@ -250,7 +253,7 @@ class CacheTier:
             return False
         grid = plan.grid
         touching = {p.key.name: self._touching(p.part, grid) for p in plan.parts}
-        if sum(len(items) for items in touching.values()) > SNAPSHOT_CUBOIDS:
+        if sum(len(items) for items in touching.values()) > LOCK_FREE_WRITE_CUBOIDS:
             return False
         partly = {name: [n for n, cbox, sub in items if sub != cbox] for name, items in touching.items()}
         keys = {name: self._lock_keys(name) for name in touching}
