@@ -277,18 +277,8 @@ def plain_wsgi_server(threads: int = 4) -> Iterator[ServerProcess]:
     proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
                              "--threads", str(threads), "--log-level", "warning", "benchmarks.common:plain_wsgi"],
                             cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{port}/"
-        wait_until(lambda: proc.poll() is None and requests.get(url, timeout=1).status_code == 200,
-                   f"plain WSGI server on port {port}")
-        yield ServerProcess(url, proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with _serving(proc, f"http://127.0.0.1:{port}/", lambda status: status == 200, "plain WSGI server") as server:
+        yield server
 
 
 class CeilingStore(Protocol):
@@ -332,11 +322,18 @@ def moto_server() -> Iterator[ServerProcess]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "ndstore.ops.moto_endpoint", "-p", str(port)],
                             stdout=subprocess.DEVNULL)
+    with _serving(proc, f"http://127.0.0.1:{port}", lambda status: status < 500, "moto server") as server:
+        yield server
+
+
+@contextmanager
+def _serving(proc: subprocess.Popen[bytes], url: str, ready: Callable[[int], bool],
+             what: str) -> Iterator[ServerProcess]:
+    """``proc`` once it answers ``url`` with a status ``ready`` accepts; terminated (killed after
+    10 s) on the way out."""
     try:
-        endpoint = f"http://127.0.0.1:{port}"
-        wait_until(lambda: proc.poll() is None and requests.get(endpoint, timeout=1).status_code < 500,
-                   f"moto server on port {port}")
-        yield ServerProcess(endpoint, proc.pid)
+        wait_until(lambda: proc.poll() is None and ready(requests.get(url, timeout=1).status_code), f"{what} at {url}")
+        yield ServerProcess(url, proc.pid)
     finally:
         proc.terminate()
         try:
