@@ -4,7 +4,8 @@ it) while one workload runs for a fixed time, and the hottest functions by own t
 inclusive time are written to results/profile_<workload>.md (+ the collapsed stacks, for a
 flame graph with any speedscope/flamegraph tool).
 
-    python -m benchmarks.profile_shortfalls [--seconds 20] [hot_read direct_read cache_write small_writes]
+    python -m benchmarks.profile_shortfalls [--seconds 20] [--gil]
+        [hot_read direct_read cache_write small_writes tiny_read tile]
 """
 
 from __future__ import annotations
@@ -53,8 +54,19 @@ def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
         sessions[i].post(f"{stack.url}/v1/cutout/{prefix}/{x}:{x + 64}/{y}:{y + 64}/{z}:{z + 8}/", data=small,
                          headers={"Content-Type": "application/blosc"}).raise_for_status()
 
-    return {"hot_read": hot_read, "direct_read": direct_read, "cache_write": cache_write,
-            "small_writes": small_writes}
+    def tiny_read(i: int) -> None:
+        x, y, z = rng.randrange(SC[0] * THREADS), rng.randrange(SC[1]), rng.randrange(SC[2])
+        read_body(sessions[i], f"{stack.url}/v1/cutout/{prefix}/{x}:{x + 1}/{y}:{y + 1}/{z}:{z + 1}/",
+                  {"Accept": "application/octet-stream"})
+
+    def tile(i: int) -> None:
+        x0, z = i * SC[0], rng.randrange(SC[2])
+        channel = prefix.rsplit("/", 1)[0]  # the prefix ends in the resolution
+        read_body(sessions[i], f"{stack.url}/v1/image/{channel}/xy/0/{x0}:{x0 + 512}/0:512/{z}/",
+                  {"Accept": "image/png"})
+
+    return {"hot_read": hot_read, "tile": tile, "direct_read": direct_read, "cache_write": cache_write,
+            "small_writes": small_writes, "tiny_read": tiny_read}
 
 
 def run_for(fn: Any, seconds: float) -> int:
@@ -98,6 +110,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("names", nargs="*", default=["hot_read", "cache_write", "small_writes"])
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--gil", action="store_true",
+                        help="count only samples of a thread holding the GIL (Python CPU time, not waits)")
     args = parser.parse_args()
     volumes = [em_like((SC[2], SC[1], SC[0]), seed=i) for i in range(THREADS)]
     bodies = [blosc.compress(v, typesize=1, cname="lz4", clevel=5) for v in volumes]
@@ -110,7 +124,8 @@ def main() -> None:
             collapsed = RESULTS / f"profile_{name}.txt"
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(gunicorn),
                                     "--subprocesses", "--format", "raw", "--rate", "200", "--nonblocking",
-                                    "--output", str(collapsed), "--duration", str(int(args.seconds))],
+                                    "--output", str(collapsed), "--duration", str(int(args.seconds)),
+                                    *(["--gil"] if args.gil else [])],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1)
             done = run_for(work[name], args.seconds - 2)
@@ -119,7 +134,8 @@ def main() -> None:
             lines = [f"# profile: {name}", "",
                      f"{THREADS} client threads for {args.seconds - 2:.0f} s: {done} requests "
                      f"({done / (args.seconds - 2):.1f}/s); py-spy at 200 Hz over gunicorn's workers, {total} "
-                     "samples (idle threads included: read shares relative to each other).", "",
+                     + ("samples of threads holding the GIL (Python CPU time)." if args.gil else
+                        "samples (idle threads included: read shares relative to each other)."), "",
                      "| own time | function |", "|---|---|",
                      *[f"| {share:.1%} | `{f}` |" for f, share in own],
                      "", "| inclusive | function |", "|---|---|",

@@ -152,17 +152,27 @@ class SupercuboidPart:
         return self.region.slices_zyx(box.lo)
 
 
+# Up to this many supercuboids a plan is made in plain Python (a numpy call costs more than a
+# Morton code of a few ints); beyond it, vectorised.
+_SCALAR_PLAN = 64
+
+
 def plan_supercuboids(box: Box, grid: Grid) -> list[SupercuboidPart]:
     """Every supercuboid ``box`` touches, with the part it touches, in Morton order."""
     lo, hi = grid.index_range(box)
-    ix, iy, iz = np.meshgrid(*(np.arange(a, b) for a, b in zip(lo, hi)), indexing="ij")
-    codes = morton.encode(ix.ravel(), iy.ravel(), iz.ravel())
+    spans = [range(a, b) for a, b in zip(lo, hi)]
+    if len(spans[0]) * len(spans[1]) * len(spans[2]) <= _SCALAR_PLAN:
+        indexes = [(x, y, z) for x in spans[0] for y in spans[1] for z in spans[2]]
+        codes = [morton.encode_one(*index) for index in indexes]
+    else:
+        ix, iy, iz = np.meshgrid(*(np.arange(r.start, r.stop) for r in spans), indexing="ij")
+        indexes = [(int(x), int(y), int(z)) for x, y, z in zip(ix.ravel(), iy.ravel(), iz.ravel())]
+        codes = morton.encode(ix.ravel(), iy.ravel(), iz.ravel()).tolist()
     parts = []
-    for x, y, z, code in zip(ix.ravel(), iy.ravel(), iz.ravel(), codes):
-        index = (int(x), int(y), int(z))
+    for index, code in zip(indexes, codes):
         sbox = grid.supercuboid_box(index)
         region = box.intersect(sbox)
         assert region is not None
-        parts.append(SupercuboidPart(index, int(code), region, region == sbox))
+        parts.append(SupercuboidPart(index, code, region, region == sbox))
     parts.sort(key=lambda p: p.morton)
     return parts

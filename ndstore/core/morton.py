@@ -57,8 +57,22 @@ def decode(code: npt.ArrayLike) -> tuple[npt.NDArray[np.uint64], ...]:
     return _compact(c), _compact(c >> _U(1)), _compact(c >> _U(2))
 
 
+_SPREAD_INT = tuple((shift, int(mask)) for shift, mask in _SPREAD)
+
+
+def _spread_int(v: int) -> int:
+    for shift, mask in _SPREAD_INT:
+        v = (v | (v << shift)) & mask
+    return v
+
+
 def encode_one(x: int, y: int, z: int) -> int:
-    return int(encode(x, y, z))
+    """:func:`encode` of one point in plain integers: ~1 µs where a numpy call costs ~20 (a
+    small request plans one supercuboid)."""
+    for v, name in ((x, "x"), (y, "y"), (z, "z")):
+        if not 0 <= v <= MAX_COORD:
+            raise ValueError(f"{name} must lie in [0, {MAX_COORD}] for a 3-D Morton code")
+    return _spread_int(x) | (_spread_int(y) << 1) | (_spread_int(z) << 2)
 
 
 def decode_one(code: int) -> tuple[int, int, int]:

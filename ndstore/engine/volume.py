@@ -69,9 +69,14 @@ class Cutout:
         return len(self.times) * self.box.nvoxels * self.channel.dtype.itemsize
 
     def plan(self) -> Plan:
-        """The supercuboids the cutout touches, per time sample, with the part of each."""
-        volumes = [self.channel.volume_key(self.resolution, t) for t in self.times]
-        return plan(volumes, self.box, self.channel.grid(self.resolution))
+        """The supercuboids the cutout touches, per time sample, with the part of each; made
+        once per cutout (a request asks for it in several places)."""
+        made: Plan | None = self.__dict__.get("_plan")
+        if made is None:
+            volumes = [self.channel.volume_key(self.resolution, t) for t in self.times]
+            made = plan(volumes, self.box, self.channel.grid(self.resolution))
+            object.__setattr__(self, "_plan", made)  # a cache, not a field: equality and hash ignore it
+        return made
 
 
 def check_level(channel: ChannelVolume, resolution: int) -> None:

@@ -3,6 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ndstore.core import geometry
 from ndstore.core.errors import InvalidRequest, OutOfBounds
 from ndstore.core.geometry import (
     CUBOID_BYTES,
@@ -36,6 +37,20 @@ def test_plan_tiles_the_box_exactly(box: Box) -> None:
         assert local.shape_zyx == part.region.shape_zyx and min(local.lo) >= 0
     assert (cover == 1).all()
     assert [p.morton for p in parts] == sorted(p.morton for p in parts)
+
+
+@given(boxes(limit=2000))
+def test_small_plans_in_plain_python_match_the_vectorised_plan(box: Box) -> None:
+    grid = Grid((16, 16, 2))  # supercuboids of 64x64x8: boxes here touch 1 to ~300 of them
+    scalar = plan_supercuboids(box, grid)
+    limit = geometry._SCALAR_PLAN
+    geometry._SCALAR_PLAN = 0
+    try:
+        vectorised = plan_supercuboids(box, grid)
+    finally:
+        geometry._SCALAR_PLAN = limit
+    assert scalar == vectorised
+    assert all(type(p.morton) is int for p in scalar + vectorised)
 
 
 @pytest.mark.parametrize("method", ["anisotropic", "isotropic"])

@@ -31,3 +31,5 @@ def test_bit_interleaving_and_order() -> None:
 def test_out_of_range_coordinates_are_rejected(bad: int) -> None:
     with pytest.raises(ValueError, match="must lie in"):
         morton.encode(bad, 0, 0)
+    with pytest.raises(ValueError, match="must lie in"):
+        morton.encode_one(0, 0, bad)
