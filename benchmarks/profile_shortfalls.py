@@ -15,6 +15,7 @@ import collections
 import random
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import blosc
 import numpy as np
 
-from benchmarks.bench_direct import SC
+from benchmarks.bench_direct import SC, open_backend
 from benchmarks.common import RESULTS, Stack, create_dataset, local_stack, read_body
 from ndstore.core.synthetic import em_like
 
@@ -110,12 +111,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("names", nargs="*", default=["hot_read", "cache_write", "small_writes"])
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--backend", choices=["file", "moto"], default="file",
+                        help="the base tier: the file store, or S3 + DynamoDB on moto's server")
     parser.add_argument("--gil", action="store_true",
                         help="count only samples of a thread holding the GIL (Python CPU time, not waits)")
     args = parser.parse_args()
     volumes = [em_like((SC[2], SC[1], SC[0]), seed=i) for i in range(THREADS)]
     bodies = [blosc.compress(v, typesize=1, cname="lz4", clevel=5) for v in volumes]
-    with local_stack({"NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite"}, with_merger=False) as stack:
+    with tempfile.TemporaryDirectory() as scratch, open_backend(args.backend, Path(scratch)) as backend, \
+            local_stack(backend.env, with_merger=False) as stack:
         prefix = create_dataset(stack, (SC[0] * THREADS, SC[1], SC[2]))
         work = workloads(stack, prefix, bodies)
         run_for(work["cache_write"], 2)  # every region stored and hot
@@ -131,7 +135,7 @@ def main() -> None:
             done = run_for(work[name], args.seconds - 2)
             spy.wait(60)
             own, inclusive, total = top(collapsed)
-            lines = [f"# profile: {name}", "",
+            lines = [f"# profile: {name} (base tier: {args.backend})", "",
                      f"{THREADS} client threads for {args.seconds - 2:.0f} s: {done} requests "
                      f"({done / (args.seconds - 2):.1f}/s); py-spy at 200 Hz over gunicorn's workers, {total} "
                      + ("samples of threads holding the GIL (Python CPU time)." if args.gil else

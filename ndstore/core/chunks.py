@@ -104,6 +104,12 @@ def join_supercuboid(blobs: list[bytes], dtype: np.dtype, cuboid: XYZ, counts: X
 
 def split_supercuboid(obj: bytes) -> tuple[np.dtype, XYZ, XYZ, list[bytes]]:
     """Parse an object into (dtype, cuboid shape xyz, counts xyz, cuboid blobs)."""
+    dtype, cuboid, counts, spans = _entries(obj)
+    return dtype, cuboid, counts, [obj[s:e] for s, e in spans]
+
+
+def _entries(obj: bytes) -> tuple[np.dtype, XYZ, XYZ, list[tuple[int, int]]]:
+    """(dtype, cuboid shape xyz, counts xyz, (start, end) of each cuboid's entry in ``obj``)."""
     if len(obj) < _HEADER.size or obj[:4] != MAGIC:
         raise InvalidBody("not a supercuboid object (bad magic)")
     _, version, dtype, cz, cy, cx, nz, ny, nx = _HEADER.unpack_from(obj)
@@ -115,27 +121,27 @@ def split_supercuboid(obj: bytes) -> tuple[np.dtype, XYZ, XYZ, list[bytes]]:
     if n == 0 or ends[-1] != len(obj):
         raise InvalidBody("supercuboid object is truncated or padded")
     starts = np.concatenate(([_HEADER.size + 4 * n], ends[:-1]))
-    blobs = [obj[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
-    return np.dtype(dtype.decode().strip()), (cx, cy, cz), (nx, ny, nz), blobs
+    return np.dtype(dtype.decode().strip()), (cx, cy, cz), (nx, ny, nz), list(zip(starts.tolist(), ends.tolist()))
 
 
 def decode_supercuboid_region(obj: bytes, region: Box, out: npt.NDArray[np.generic],
                               mapper: Mapper[Any, None] = map) -> None:
     """Write the part ``region`` (coordinates relative to the supercuboid) of the object into
     ``out``, an array of region's shape. Only the cuboids the region touches are decompressed."""
-    dtype, cuboid, counts, blobs = split_supercuboid(obj)
+    dtype, cuboid, counts, spans = _entries(obj)
     if dtype != out.dtype:
         raise InvalidBody(f"stored supercuboid has dtype {dtype}, channel has {out.dtype}")
-    decode_blobs_region(dict(enumerate(blobs)), cuboid, counts, region, out, mapper)
+    whole = memoryview(obj)  # views of the entries: slicing bytes would copy the object once more
+    decode_blobs_region({n: whole[a:b] for n, (a, b) in enumerate(spans)}, cuboid, counts, region, out, mapper)
 
 
-def decode_blobs_region(blobs: dict[int, bytes], cuboid: XYZ, counts: XYZ, region: Box,
+def decode_blobs_region(blobs: dict[int, bytes] | dict[int, memoryview], cuboid: XYZ, counts: XYZ, region: Box,
                         out: npt.NDArray[np.generic], mapper: Mapper[Any, None] = map) -> None:
     """Like decode_supercuboid_region, from cuboid blobs by number (at least those the region
     touches; b"" is an all-zero cuboid)."""
     shape, dtype = (cuboid[2], cuboid[1], cuboid[0]), out.dtype
 
-    def decode(job: tuple[bytes, Box, Box]) -> None:
+    def decode(job: tuple[bytes | memoryview, Box, Box]) -> None:
         blob, cbox, part = job
         target = out[part.slices_zyx(region.lo)]
         if not blob:
@@ -152,7 +158,7 @@ def decode_blobs_region(blobs: dict[int, bytes], cuboid: XYZ, counts: XYZ, regio
         pass
 
 
-def _decompress_into(blob: bytes, out: npt.NDArray[np.generic]) -> None:
+def _decompress_into(blob: bytes | memoryview, out: npt.NDArray[np.generic]) -> None:
     nbytes, _, _ = blosc2.get_cbuffer_sizes(blob)
     if nbytes != out.nbytes:
         raise InvalidBody(f"cuboid holds {nbytes} bytes, expected {out.nbytes}")
