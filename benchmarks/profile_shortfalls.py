@@ -60,9 +60,10 @@ def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
         read_body(sessions[i], f"{stack.url}/v1/cutout/{prefix}/{x}:{x + 1}/{y}:{y + 1}/{z}:{z + 1}/",
                   {"Accept": "application/octet-stream"})
 
+    channel = prefix.rsplit("/", 1)[0]  # the prefix ends in the resolution
+
     def tile(i: int) -> None:
         x0, z = i * SC[0], rng.randrange(SC[2])
-        channel = prefix.rsplit("/", 1)[0]  # the prefix ends in the resolution
         read_body(sessions[i], f"{stack.url}/v1/image/{channel}/xy/0/{x0}:{x0 + 512}/0:512/{z}/",
                   {"Accept": "image/png"})
 

@@ -220,7 +220,7 @@ def build(config: Config) -> Services:
     index.ensure_ready()
     base = BaseTier(objects, index, locks, config.io_parallelism)
     cache_url = config.cache_redis_url or config.redis_url
-    # small reads skip the locks when the locks' keys live in the cache's Redis (CacheTier.read)
+    # small reads and writes skip the locks when the locks' keys live in the cache's Redis (CacheTier)
     shared = isinstance(locks, RedisRWLocks) and cache_url == config.redis_url
     cache = CacheTier(RedisCuboidCache(redis_client.connect(cache_url)), base, locks, config.io_parallelism,
                       observer=metrics, lock_keys=lock_keys if shared else None)

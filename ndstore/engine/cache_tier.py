@@ -249,7 +249,7 @@ class CacheTier:
         """The optimistic small write (see the module's docstring); False when it does not apply
         or something it read changed before it could commit (then it stored nothing)."""
         plan = cutout.plan()
-        if self._lock_keys is None or cutout.channel.write_through or len(plan.parts) > SNAPSHOT_CUBOIDS:
+        if self._lock_keys is None or cutout.channel.write_through or len(plan.parts) > LOCK_FREE_WRITE_CUBOIDS:
             return False
         grid = plan.grid
         touching = {p.key.name: self._touching(p.part, grid) for p in plan.parts}
