@@ -55,6 +55,7 @@ class RedisMetrics:
         self.client = client
         self._pending: defaultdict[str, float] = defaultdict(float)
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()  # one flush at a time: see flush()
         self._failing = False
         _flusher.add(self)
 
@@ -75,7 +76,13 @@ class RedisMetrics:
     # -- flushing -----------------------------------------------------------------------------
     def flush(self) -> bool:
         """Add what this process counted into the shared hash; False (kept for the next try)
-        when Redis is away."""
+        when Redis is away. When it returns, everything counted before the call is in the hash:
+        a flush by the flusher thread that took the counts a moment earlier has finished too
+        (else a scrape right after could miss counts still on their way)."""
+        with self._flushing:
+            return self._flush()
+
+    def _flush(self) -> bool:
         with self._lock:
             pending, self._pending = self._pending, defaultdict(float)
         if not pending:
@@ -152,6 +159,7 @@ class _Flusher:
         self.thread = None
         for recorder in list(self.recorders):
             recorder._lock = threading.Lock()
+            recorder._flushing = threading.Lock()
             recorder._pending = defaultdict(float)
             self.add(recorder)
 
