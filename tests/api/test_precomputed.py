@@ -240,10 +240,22 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
-def served(live_server: Any) -> Iterator[str]:
-    """The live server's URL. CloudVolume keeps connections alive in a pool shared by every
-    instance; they are closed, and the server's threads for them finish, before the test ends
-    (a server thread that outlives the test touches the test database after it is gone)."""
+def served(live_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The live server's URL. Its threads must finish before the test ends (a server thread that
+    outlives the test touches the test database after it is gone): every answer says
+    `Connection: close` here, so a reader that pools connections (zarr-python's aiohttp,
+    TensorStore's curl) opens one per request and no thread waits on an idle one; CloudVolume's
+    shared pool is closed as well."""
+    from django.core.servers.basehttp import ServerHandler
+
+    keep_alive_headers = ServerHandler.cleanup_headers
+
+    def closing_headers(handler: Any) -> None:
+        keep_alive_headers(handler)
+        handler.headers["Connection"] = "close"
+        handler.request_handler.close_connection = True
+
+    monkeypatch.setattr(ServerHandler, "cleanup_headers", closing_headers)
     yield live_server.url
     from cloudfiles.interfaces import HttpInterface
 

@@ -27,10 +27,12 @@ class Up:
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, merger: bool = True) -> None:
+    def start(self, merger: bool = True, settings: dict[str, str] | None = None) -> None:
+        """`ndstore up` with its own defaults (not the test session's wiring), but ``settings``."""
         env = {**os.environ, "NDSTORE_ADMIN_TOKEN": TOKEN, "DJANGO_SETTINGS_MODULE": "ndstore.api.settings.base"}
         for k in [k for k in env if k.startswith("NDSTORE_") and k != "NDSTORE_ADMIN_TOKEN"]:
-            env.pop(k)  # the stack's own defaults, not the test session's wiring
+            env.pop(k)
+        env.update(settings or {})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ndstore.cli", "up", "--data-dir", str(self.data_dir),
              "--port", str(self.port), "--workers", "1", "--merger" if merger else "--no-merger"],
@@ -122,7 +124,10 @@ def test_an_ingest_interrupted_by_a_restart_of_the_whole_stack_resumes_to_the_ex
     box = Box((0, 0, 0), (1024, 768, 16))  # 192 tiles of 256, 4 supercuboids (one all zero)
     volume = source_volume(box)
     write_tiles(tmp_path / "tiles", volume)
-    up.start(merger=False)  # ingest needs no NDBlaze merger
+    # ingest needs no NDBlaze merger; the tasks the killed client held come back after the
+    # visibility timeout (60 s by default): 10 s here, so the rerun does not wait a minute
+    quick_leases = {"NDSTORE_INGEST_VISIBILITY_S": "10"}
+    up.start(merger=False, settings=quick_leases)
     up.create("ing", (1024, 1024, 80), "c", {"datatype": "uint8"})
 
     def ingest(*args: str) -> subprocess.Popen[str]:
@@ -142,7 +147,7 @@ def test_an_ingest_interrupted_by_a_restart_of_the_whole_stack_resumes_to_the_ex
     os.killpg(first.pid, signal.SIGKILL)  # its client lost the service; a lab would run it again
     first.wait()
 
-    up.start(merger=False)
+    up.start(merger=False, settings=quick_leases)
     before = status(job)
     assert 30 <= before["tiles"]["uploaded"] < 192, before
     second = ingest("--job", str(job))
