@@ -20,7 +20,7 @@ import blosc2
 import numpy as np
 import numpy.typing as npt
 
-from ndstore.core.errors import InvalidBody
+from ndstore.core.errors import DataCorrupt
 from ndstore.core.geometry import XYZ, Box
 
 MAGIC = b"NDSC"
@@ -111,15 +111,15 @@ def split_supercuboid(obj: bytes) -> tuple[np.dtype, XYZ, XYZ, list[bytes]]:
 def _entries(obj: bytes) -> tuple[np.dtype, XYZ, XYZ, list[tuple[int, int]]]:
     """(dtype, cuboid shape xyz, counts xyz, (start, end) of each cuboid's entry in ``obj``)."""
     if len(obj) < _HEADER.size or obj[:4] != MAGIC:
-        raise InvalidBody("not a supercuboid object (bad magic)")
+        raise DataCorrupt("not a supercuboid object (bad magic)")
     _, version, dtype, cz, cy, cx, nz, ny, nx = _HEADER.unpack_from(obj)
     if version != VERSION:
-        raise InvalidBody(f"supercuboid object version {version} is not supported")
+        raise DataCorrupt(f"supercuboid object version {version} is not supported")
     n = nz * ny * nx
     lengths = np.frombuffer(obj, dtype="<u4", count=n, offset=_HEADER.size)
     ends = _HEADER.size + 4 * n + np.cumsum(lengths, dtype=np.int64)
     if n == 0 or ends[-1] != len(obj):
-        raise InvalidBody("supercuboid object is truncated or padded")
+        raise DataCorrupt("supercuboid object is truncated or padded")
     starts = np.concatenate(([_HEADER.size + 4 * n], ends[:-1]))
     return np.dtype(dtype.decode().strip()), (cx, cy, cz), (nx, ny, nz), list(zip(starts.tolist(), ends.tolist()))
 
@@ -130,7 +130,7 @@ def decode_supercuboid_region(obj: bytes, region: Box, out: npt.NDArray[np.gener
     ``out``, an array of region's shape. Only the cuboids the region touches are decompressed."""
     dtype, cuboid, counts, spans = _entries(obj)
     if dtype != out.dtype:
-        raise InvalidBody(f"stored supercuboid has dtype {dtype}, channel has {out.dtype}")
+        raise DataCorrupt(f"stored supercuboid has dtype {dtype}, channel has {out.dtype}")
     whole = memoryview(obj)  # views of the entries: slicing bytes would copy the object once more
     decode_blobs_region({n: whole[a:b] for n, (a, b) in enumerate(spans)}, cuboid, counts, region, out, mapper)
 
@@ -159,8 +159,14 @@ def decode_blobs_region(blobs: dict[int, bytes] | dict[int, memoryview], cuboid:
 
 
 def _decompress_into(blob: bytes | memoryview, out: npt.NDArray[np.generic]) -> None:
-    nbytes, _, _ = blosc2.get_cbuffer_sizes(blob)
+    try:
+        nbytes, _, _ = blosc2.get_cbuffer_sizes(blob)
+    except Exception as exc:  # blosc2 raises bare RuntimeError/ValueError on a bad header
+        raise DataCorrupt(f"cuboid is not a blosc chunk: {exc}") from None
     if nbytes != out.nbytes:
-        raise InvalidBody(f"cuboid holds {nbytes} bytes, expected {out.nbytes}")
-    blosc2.decompress2(blob, dst=out)
+        raise DataCorrupt(f"cuboid holds {nbytes} bytes, expected {out.nbytes}")
+    try:
+        blosc2.decompress2(blob, dst=out)
+    except Exception as exc:
+        raise DataCorrupt(f"cuboid is corrupt: {exc}") from None
 

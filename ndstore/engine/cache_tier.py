@@ -51,7 +51,7 @@ from ndstore.core.chunks import (
     join_supercuboid,
     split_supercuboid,
 )
-from ndstore.core.errors import DamagedInCache, DataLost, InvalidBody, StorageError
+from ndstore.core.errors import DamagedInCache, DataCorrupt, DataLost, InvalidBody, StorageError
 from ndstore.core.geometry import Grid, SupercuboidPart
 from ndstore.core.keys import SupercuboidKey
 from ndstore.core.observe import NULL, Observer
@@ -226,7 +226,7 @@ class CacheTier:
             else:
                 stored_dtype, _, _, blobs = split_supercuboid(obj)
                 if stored_dtype != dtype:
-                    raise InvalidBody(f"stored supercuboid has dtype {stored_dtype}, channel has {dtype}")
+                    raise DataCorrupt(f"stored supercuboid has dtype {stored_dtype}, channel has {dtype}")
             name = by_object[object_key].name
             self._cache.put(name, {META: _meta(dtype, grid), **dict(enumerate(blobs))}, now, dirty=False)
             fetched[name] = blobs

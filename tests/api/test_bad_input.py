@@ -164,3 +164,33 @@ def test_errors_are_json_even_when_blosc_was_accepted(admin: Any, dataset: Datas
     r = admin.get("/v1/cutout/c1/e1/img8/0/0:5000/0:30/0:4/", HTTP_ACCEPT="application/blosc")
     assert r.status_code == 400 and r["Content-Type"] == "application/json"
     assert r.json()["status"] == 400
+
+
+def test_a_damaged_stored_supercuboid_is_a_500_that_names_the_damage(admin: Any, dataset: Dataset,
+                                                                   stored: np.ndarray) -> None:
+    """Damage in the base tier (a bad disk under the file store, a bug) is the service's fault,
+    not the request's: 500 with a message that says what is damaged, not a 400 and no voxels."""
+    from ndstore.wiring import services
+
+    objects = services().objects
+    direct = dataset.cutout("img8", 0, *BOX).replace("/v1/cutout/", "/v1/direct/cutout/")
+    assert admin.get(direct, HTTP_ACCEPT="application/octet-stream").status_code == 200  # written back
+    keys = [k for k in objects.list_keys() if _is_supercuboid(k)]
+    assert keys
+    for key in keys:
+        good = next(blob for _, blob in objects.get_many([key]))
+        assert good is not None
+        objects.put_many({key: good[:-7]})  # cut short, as by a torn write
+    r = admin.get(direct + "?access-mode=raw", HTTP_ACCEPT="application/octet-stream")
+    assert r.status_code == 500, r.content[:200]
+    assert "supercuboid object is truncated" in r.json()["message"], r.json()
+
+
+def _is_supercuboid(object_key: str) -> bool:
+    from ndstore.core.keys import SupercuboidKey
+
+    try:
+        SupercuboidKey.parse(object_key)
+    except ValueError:
+        return False
+    return True

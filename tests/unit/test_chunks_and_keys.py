@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ndstore.core import chunks
-from ndstore.core.errors import InvalidBody
+from ndstore.core.errors import DataCorrupt
 from ndstore.core.geometry import Box
 from ndstore.core.keys import SupercuboidKey, VolumeKey
 
@@ -37,9 +37,9 @@ def test_all_zero_supercuboid_is_not_stored() -> None:
 def test_corrupt_objects_are_refused() -> None:
     obj = chunks.encode_supercuboid(np.ones(SHAPE_ZYX, np.uint8), CUBOID, COUNTS)
     assert obj is not None
-    with pytest.raises(InvalidBody, match="bad magic"):
+    with pytest.raises(DataCorrupt, match="bad magic"):
         chunks.split_supercuboid(b"XXXX" + obj[4:])
-    with pytest.raises(InvalidBody, match="truncated"):
+    with pytest.raises(DataCorrupt, match="truncated"):
         chunks.split_supercuboid(obj[:-3])
 
 
@@ -69,3 +69,14 @@ def test_cuboids_touching_visits_exactly_the_cuboids_a_region_overlaps(lo: tuple
     every = [(n, box, part) for n, box in enumerate(chunks.cuboid_boxes(CUBOID, COUNTS))
              if (part := region.intersect(box)) is not None]
     assert chunks.cuboids_touching(region, CUBOID, COUNTS) == every
+
+
+def test_a_damaged_cuboid_is_refused_with_a_named_error_not_decoded() -> None:
+    """Truncated, cut to its header, or zeroed after it: DataCorrupt (500, the stored bytes are
+    damaged, not the request) naming the cuboid, never a bare codec error nor voxels decoded
+    from damaged bytes."""
+    cuboid = np.arange(4 * 8 * 8, dtype=np.uint16).reshape(4, 8, 8)
+    blob = chunks.compress_cuboid(cuboid)
+    for damaged in (blob[:-5], blob[:20], blob[:16] + bytes(len(blob) - 16), b"not blosc at all"):
+        with pytest.raises(DataCorrupt, match="cuboid"):
+            chunks.decompress_cuboid(damaged, np.dtype(np.uint16), (4, 8, 8))
