@@ -4,8 +4,13 @@ it) while one workload runs for a fixed time, and the hottest functions by own t
 inclusive time are written to results/profile_<workload>.md (+ the collapsed stacks, for a
 flame graph with any speedscope/flamegraph tool).
 
-    python -m benchmarks.profile_shortfalls [--seconds 20] [--gil]
-        [hot_read direct_read cache_write small_writes tiny_read tile]
+    python -m benchmarks.profile_shortfalls [--seconds 20] [--gil] [--backend file|moto]
+        [hot_read cold_read direct_read direct_write cache_write blaze_write small_writes tiny_read tile]
+
+Each workload is the request of one short figure of results/summary.md, as its benchmark sends
+it: cold_read empties the cache Redis before every round of reads, as bench_cache does (so the
+check of a Redis found without its mark is in it too), blaze_write posts 16 MiB bodies to NDBlaze
+and empties its buffer now and then the way a merge would, without applying it.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ from typing import Any
 
 import blosc
 import numpy as np
+import redis
 
+from benchmarks.bench_blaze import BLAZE_SETTINGS, discard_pending
 from benchmarks.bench_direct import SC, open_backend
-from benchmarks.common import RESULTS, Stack, create_dataset, local_stack, read_body
+from benchmarks.common import RESULTS, Stack, create_dataset, hardware, local_stack, read_body
 from ndstore.core.synthetic import em_like
 
 THREADS = 2
@@ -41,11 +48,36 @@ def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
     def hot_read(i: int) -> None:
         read_body(sessions[i], region(i), {"Accept": "application/blosc"})
 
+    cache = redis.Redis.from_url(stack.redis_url)
+    round_start = threading.Barrier(THREADS, action=cache.flushdb, timeout=10)
+
+    def cold_read(i: int) -> None:
+        try:
+            round_start.wait()  # the last thread to arrive empties the cache; then all read
+        except threading.BrokenBarrierError:
+            return  # the other thread ran out of time and left
+        hot_read(i)
+
     def direct_read(i: int) -> None:
         read_body(sessions[i], region(i).replace("/v1/cutout/", "/v1/direct/cutout/"), {"Accept": "application/blosc"})
 
+    def post(i: int, url: str) -> None:
+        sessions[i].post(url, data=bodies[i], headers={"Content-Type": "application/blosc"}).raise_for_status()
+
     def cache_write(i: int) -> None:
-        sessions[i].post(region(i), data=bodies[i], headers={"Content-Type": "application/blosc"}).raise_for_status()
+        post(i, region(i))
+
+    def direct_write(i: int) -> None:
+        post(i, region(i).replace("/v1/cutout/", "/v1/direct/cutout/"))
+
+    blaze = redis.Redis.from_url(stack.blaze_redis_url)
+    posted = [0] * THREADS
+
+    def blaze_write(i: int) -> None:
+        posted[i] += 1
+        if i == 0 and posted[i] % 8 == 0:
+            discard_pending(blaze)  # pending writes are capped (4 GiB by default); a merge would empty it
+        post(i, region(i).replace("/v1/cutout/", "/v1/blaze/cutout/"))
 
     small = blosc.compress(np.random.default_rng(5).integers(0, 255, (8, 64, 64), np.uint8), typesize=1)
     rng = random.Random(1)
@@ -67,7 +99,8 @@ def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
         read_body(sessions[i], f"{stack.url}/v1/image/{channel}/xy/0/{x0}:{x0 + 512}/0:512/{z}/",
                   {"Accept": "image/png"})
 
-    return {"hot_read": hot_read, "tile": tile, "direct_read": direct_read, "cache_write": cache_write,
+    return {"hot_read": hot_read, "cold_read": cold_read, "tile": tile, "direct_read": direct_read,
+            "direct_write": direct_write, "cache_write": cache_write, "blaze_write": blaze_write,
             "small_writes": small_writes, "tiny_read": tiny_read}
 
 
@@ -119,13 +152,17 @@ def main() -> None:
     args = parser.parse_args()
     volumes = [em_like((SC[2], SC[1], SC[0]), seed=i) for i in range(THREADS)]
     bodies = [blosc.compress(v, typesize=1, cname="lz4", clevel=5) for v in volumes]
+    blaze_on_demand = {k: v for k, v in BLAZE_SETTINGS.items() if k.startswith("NDSTORE_BLAZE_")}  # as bench_blaze
     with tempfile.TemporaryDirectory() as scratch, open_backend(args.backend, Path(scratch)) as backend, \
-            local_stack(backend.env, with_merger=False) as stack:
+            local_stack({**backend.env, **blaze_on_demand}, with_merger=False) as stack:
         prefix = create_dataset(stack, (SC[0] * THREADS, SC[1], SC[2]))
         work = workloads(stack, prefix, bodies)
         run_for(work["cache_write"], 2)  # every region stored and hot
+        for i in range(THREADS):
+            work["direct_write"](i)  # ... and in the base tier, none dirty in the cache
         gunicorn = stack.gunicorn_pid
-        for name in args.names:
+        # cold_read empties the cache, so it goes first: nothing is dirty yet
+        for name in sorted(args.names, key=lambda n: n != "cold_read"):
             collapsed = RESULTS / f"profile_{name}.txt"
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(gunicorn),
                                     "--subprocesses", "--format", "raw", "--rate", "200", "--nonblocking",
@@ -136,7 +173,9 @@ def main() -> None:
             done = run_for(work[name], args.seconds - 2)
             spy.wait(60)
             own, inclusive, total = top(collapsed)
+            hw = hardware()
             lines = [f"# profile: {name} (base tier: {args.backend})", "",
+                     f"{hw['date'][:10]}, {hw['cores']} cores, {hw['cpu']}: "
                      f"{THREADS} client threads for {args.seconds - 2:.0f} s: {done} requests "
                      f"({done / (args.seconds - 2):.1f}/s); py-spy at 200 Hz over gunicorn's workers, {total} "
                      + ("samples of threads holding the GIL (Python CPU time)." if args.gil else

@@ -195,6 +195,39 @@ def rows(results: dict[str, Record]) -> list[list[str]]:
     return out
 
 
+# The profile of each figure's requests (python -m benchmarks.profile_shortfalls <workload>), by
+# the figure's first words; docs/design/serving.md says what was done about each and what is left.
+PROFILES = {
+    "hot-cache read": "hot_read", "cold-cache read": "cold_read", "cache write": "cache_write",
+    "direct write": "direct_write", "direct read": "direct_read", "NDBlaze": "blaze_write",
+    "512×512 xy PNG tile": "tile", "small random": "small_writes", "tiny request: 64×64×8 write": "small_writes",
+    "tiny request: 1-voxel read": "tiny_read", "TensorStore": "direct_read", "HSDS": "direct_read",
+}
+
+
+def why_short(table: list[list[str]], top: int = 5) -> list[str]:
+    """For every figure short of its goal: its profile, the profile's run and its hottest
+    functions by own time, read from results/profile_<workload>.md."""
+    lines = ["## Where the time goes in each figure short of its goal", "",
+             "Profiles by `python -m benchmarks.profile_shortfalls` (py-spy over the web workers while the figure's "
+             "requests run); what was done about each and what is left: docs/design/serving.md.", ""]
+    for figure, *_, verdict, _source in table:
+        if not verdict.startswith("short"):
+            continue
+        workload = next((w for start, w in PROFILES.items() if figure.startswith(start)), None)
+        path = RESULTS / f"profile_{workload}.md"
+        if workload is None or not path.exists():
+            lines.append(f"- {figure}: no profile yet (`python -m benchmarks.profile_shortfalls {workload or ''}`)")
+            continue
+        text = path.read_text().splitlines()
+        run = next((line for line in text[1:] if line.strip()), "")
+        hottest = [line.split("|")[1:3] for line in text if line.startswith("| ") and "%" in line.split("|")[1]][:top]
+        what = text[0].removeprefix("# profile: ")
+        lines.append(f"- {figure}: [{path.name}]({path.name}) ({what}; {run}) hottest by own time: "
+                     + ", ".join(f"{f.strip()} {share.strip()}" for share, f in hottest))
+    return lines
+
+
 def _verdict(value: float, goal: float) -> str:
     return "met" if value >= goal else f"short: {value / goal:.2f} of goal"
 
@@ -281,6 +314,7 @@ def main() -> None:
           "Each ratio is to a ceiling measured in the same run on the same machine.", "",
           "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     md += ["| " + " | ".join(r) + " |" for r in table]
+    md += ["", *why_short(table)]
     hardware = {name: rec["hardware"] for name, rec in results.items()}
     made = plots(results, RESULTS)
     md += ["", *[f"![{name}]({name})" for name in made]]
