@@ -102,10 +102,13 @@ def join_supercuboid(blobs: list[bytes], dtype: np.dtype, cuboid: XYZ, counts: X
     return b"".join([header, lengths, *blobs])
 
 
-def split_supercuboid(obj: bytes) -> tuple[np.dtype, XYZ, XYZ, list[bytes]]:
-    """Parse an object into (dtype, cuboid shape xyz, counts xyz, cuboid blobs)."""
+def split_supercuboid(obj: bytes) -> tuple[np.dtype, XYZ, XYZ, list[memoryview]]:
+    """Parse an object into (dtype, cuboid shape xyz, counts xyz, cuboid blobs). The blobs are
+    views of ``obj``, not copies: a page-in hands them to Redis as they are (copying every entry
+    out of a 14 MiB object was an eighth of a cold read's Python time)."""
     dtype, cuboid, counts, spans = _entries(obj)
-    return dtype, cuboid, counts, [obj[s:e] for s, e in spans]
+    whole = memoryview(obj)
+    return dtype, cuboid, counts, [whole[s:e] for s, e in spans]
 
 
 def _entries(obj: bytes) -> tuple[np.dtype, XYZ, XYZ, list[tuple[int, int]]]:

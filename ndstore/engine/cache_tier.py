@@ -64,6 +64,7 @@ from ndstore.storage.interfaces import CuboidCache, ObjectStore, RWLocks
 
 log = logging.getLogger(__name__)
 Array = npt.NDArray[Any]
+Blob = bytes | memoryview  # a cuboid's blosc bytes, or a view of them in a fetched supercuboid object
 T = TypeVar("T")
 READ_BATCH = 256  # supercuboids per locked snapshot of a read (see CacheTier.read)
 # Reads of at most this many cuboids (4 MiB of uint8) and writes of at most LOCK_FREE_WRITE_CUBOIDS
@@ -179,7 +180,7 @@ class CacheTier:
                 parts)
 
     def _read_blobs(self, keys: list[SupercuboidKey], wanted: dict[str, list[int]], dtype: np.dtype,
-                    grid: Grid, exclusive: bool = False) -> dict[str, list[bytes | None]] | None:
+                    grid: Grid, exclusive: bool = False) -> dict[str, Sequence[Blob | None]] | None:
         """One consistent snapshot of the wanted cuboids: read locks on the resident
         supercuboids and write locks on the missing ones (on all of them if `exclusive`), all
         held together; the missing ones are paged in (each fetched once, whoever gets its write
@@ -193,7 +194,8 @@ class CacheTier:
             if any(was_resident[n] and not resident[n] for n in names):
                 return None
             fetched = self._fetch([k for k in missing if not resident[k.name]], dtype, grid)
-            blobs = self._cache.get_many({n: wanted[n] for n in names if n not in fetched})
+            blobs: dict[str, Sequence[Blob | None]] = {
+                **self._cache.get_many({n: wanted[n] for n in names if n not in fetched})}
         self._observer.count("cache_reads_total", len(names) - len(fetched), outcome="hit")
         self._observer.count("cache_reads_total", len(fetched), outcome="miss")
         for name, all_blobs in fetched.items():
@@ -204,7 +206,7 @@ class CacheTier:
     def _touching(part: SupercuboidPart, grid: Grid) -> list[Any]:
         return cuboids_touching(part.local_region(grid), grid.cuboid, grid.cuboids_per_super)
 
-    def _decode(self, planned: PlannedPart, blobs: list[bytes | None], numbers: list[int], grid: Grid, out: Array,
+    def _decode(self, planned: PlannedPart, blobs: Sequence[Blob | None], numbers: list[int], grid: Grid, out: Array,
                 cutout: Cutout, serial: bool = False) -> None:
         if any(b is None for b in blobs):
             raise StorageError(f"cuboids of supercuboid {planned.key.name} vanished from the cache; try again")
@@ -212,15 +214,17 @@ class CacheTier:
                             planned.part.local_region(grid), out[planned.time_index][planned.part.in_box(cutout.box)],
                             map if serial else partial(map_ordered, self._codec))
 
-    def _fetch(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid) -> dict[str, list[bytes]]:
-        """Copy supercuboids from the base tier into the cache; return their cuboid blobs."""
+    def _fetch(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid) -> dict[str, Sequence[Blob]]:
+        """Copy supercuboids from the base tier into the cache; return their cuboid blobs (views
+        of the fetched objects)."""
         if not keys:
             return {}
         by_object = {k.object_key: k for k in keys}
         count = int(np.prod(grid.cuboids_per_super))
         now = self._clock()
-        fetched: dict[str, list[bytes]] = {}
+        fetched: dict[str, Sequence[Blob]] = {}
         for object_key, obj in self._base.objects.get_many(list(by_object)):
+            blobs: Sequence[Blob]
             if obj is None:
                 blobs = [b""] * count  # known all-zero: no further base-tier access for it
             else:

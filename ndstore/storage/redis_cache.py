@@ -136,7 +136,7 @@ def digest_field(number: int | str) -> str:
     return f"#{number}"
 
 
-def _digest(blob: bytes) -> bytes:
+def _digest(blob: bytes | memoryview) -> bytes:
     return xxhash.xxh3_64_digest(blob)
 
 
@@ -248,7 +248,7 @@ class RedisCuboidCache:
     def get_all(self, name: str, count: int) -> list[bytes | None]:
         return self.get_many({name: range(count)})[name]
 
-    def put(self, name: str, blobs: Mapping[int, bytes], now: float, dirty: bool) -> None:
+    def put(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float, dirty: bool) -> None:
         """Store cuboid blobs and record the supercuboid resident (and dirty if asked), all or
         nothing: a writer that dies half way (SIGKILL, a lost connection) leaves the old cuboids,
         never some of each. Up to FIELDS_PER_COMMAND blobs go in one HSET; more are written into
@@ -259,8 +259,8 @@ class RedisCuboidCache:
         On a Cluster a script holds one slot's keys: the supercuboid is marked dirty before it
         changes (a writer dying then leaves it unchanged, written back as it is) and resident after."""
         main = _hash(name)
-        items = [(str(n), b) for n, b in blobs.items()]
-        sums = [(digest_field(n), _digest(b)) for n, b in blobs.items()]
+        items: list[tuple[str, bytes | memoryview]] = [(str(n), b) for n, b in blobs.items()]
+        sums: list[tuple[str, bytes | memoryview]] = [(digest_field(n), _digest(b)) for n, b in blobs.items()]
         staged = len(items) > FIELDS_PER_COMMAND
         if staged:
             self._do(lambda: self._stage(keys=[main, _staging(name)], args=[f for f, _ in items + sums]))
