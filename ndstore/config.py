@@ -39,7 +39,7 @@ def parse_rate(rate: str) -> tuple[int, int] | None:
     if rate in ("", "0"):
         return None
     count, _, period = rate.partition("/")
-    if not count.isdigit() or period not in RATE_PERIODS:
+    if not (count.isascii() and count.isdigit()) or period not in RATE_PERIODS:
         raise ValueError(f"NDSTORE_ANON_READ_RATE must look like 3000/min (periods: s, min, hour), not {rate!r}")
     return (int(count), RATE_PERIODS[period]) if int(count) > 0 else None
 

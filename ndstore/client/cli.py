@@ -15,7 +15,7 @@ def commands() -> None:
 
 def _parse_range(text: str, what: str) -> tuple[int, int]:
     lo, sep, hi = text.partition(":")
-    if not sep or not lo.isdigit() or not hi.isdigit():
+    if not sep or not (lo + hi).isascii() or not lo.isdigit() or not hi.isdigit():
         raise click.BadParameter(f"{what} must be start:stop, e.g. 0:512, not {text!r}")
     return int(lo), int(hi)
 

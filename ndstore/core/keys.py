@@ -67,7 +67,7 @@ class SupercuboidKey:
     @classmethod
     def parse(cls, object_key: str) -> SupercuboidKey:
         parts = object_key.split(SEPARATOR)
-        if len(parts) != 7 or not all(p.isdigit() for p in parts[1:]):
+        if len(parts) != 7 or not all(p.isascii() and p.isdigit() for p in parts[1:]):
             raise ValueError(f"not a supercuboid object key: {object_key!r}")
         key = cls(VolumeKey(*(int(p) for p in parts[1:6])), int(parts[6]))
         if key.object_key != object_key:

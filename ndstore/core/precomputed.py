@@ -63,7 +63,7 @@ def scale_key(level: int) -> str:
 
 def level_of_key(key: str, num_levels: int) -> int:
     """The resolution level a scale key names; a key that names none is a 404 (no such file)."""
-    if key.isdigit() and scale_key(int(key)) == key and int(key) < num_levels:
+    if key.isascii() and key.isdigit() and scale_key(int(key)) == key and int(key) < num_levels:
         return int(key)
     raise NotFound(f"scale key {key!r} does not exist: this channel's scale keys are 0..{num_levels - 1}")
 

@@ -153,7 +153,7 @@ def parse_tile_key(key: str) -> tuple[int, TileRef]:
     if len(parts) != 5 or "." not in parts[4]:
         raise ValueError(f"not a tile key: {key!r}")
     numbers = [*parts[:4], parts[4].split(".", 1)[0]]
-    if not all(p.isdigit() for p in numbers):
+    if not all(p.isascii() and p.isdigit() for p in numbers):
         raise ValueError(f"not a tile key: {key!r}")
     job, t, z, y, x = (int(p) for p in numbers)
     return job, TileRef(t, z, y, x)

@@ -96,6 +96,7 @@ def test_bad_image_requests_say_what_is_wrong(admin: APIClient) -> None:
         "/v1/image/c1/e1/img8/xy/0/0:64/0:64/0/?window=5,1": "window",
         "/v1/image/c1/e1/img8/xy/0/0:64/0:64/0/?window=abc": "window",
         "/v1/image/c1/e1/img8/xy/0/0:64/0:64/0/?format=jpeg&quality=0": "quality",
+        "/v1/image/c1/e1/img8/xy/0/0:64/0:64/0/?format=jpeg&quality=%C2%B9": "quality",  # isdigit(), not int()
         "/v1/image/c1/e1/img8/xy/0/0:400/0:64/0/": "outside",
         "/v1/image/c1/e1/img8/xy/9/0:64/0:64/0/": "resolution",
         "/v1/image/c1/e1/img8/zz/0/0:64/0:64/0/": "malformed image URL",

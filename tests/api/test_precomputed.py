@@ -161,6 +161,9 @@ def test_etag_answers_a_repeat_with_304(admin: APIClient, ng: Dataset) -> None:
     ("/precomputed/ng/e1/img8/3/10-138_5-133_3-19", 404, "scale key '3' does not exist"),
     ("/precomputed/ng/e1/img8/01/10-138_5-133_3-19", 404, "scale key '01' does not exist"),
     ("/precomputed/ng/e1/img8/x/10-138_5-133_3-19", 404, "scale key 'x' does not exist"),
+    # digits to str.isdigit() that are not ASCII: one int() refuses (a 500 before), one it reads as 3
+    ("/precomputed/ng/e1/img8/\u00b9/10-138_5-133_3-19", 404, "scale key '\u00b9' does not exist"),
+    ("/precomputed/ng/e1/img8/\u0663/10-138_5-133_3-19", 404, "scale key '\u0663' does not exist"),
     ("/precomputed/ng/e1/img8/0/138-10_5-133_3-19", 400, "x range 138:10 is empty"),
     ("/precomputed/ng/e1/img8/0/10-10_5-133_3-19", 400, "x range 10:10 is empty"),
     ("/precomputed/ng/e1/img8/0/0-128_5-133_3-19", 400, "outside the coordinate frame"),

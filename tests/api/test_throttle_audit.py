@@ -128,7 +128,8 @@ def test_control_plane_actions_are_audited_data_plane_writes_are_not(admin: APIC
 
 
 @pytest.mark.parametrize("query,message", [("limit=0", "limit must be an integer from 1 to 1000"),
-                                           ("limit=x", "limit must be"), ("before=-1", "before must be")])
+                                           ("limit=x", "limit must be"), ("before=-1", "before must be"),
+                                           ("limit=%C2%B9", "limit must be")])  # superscript one: isdigit()
 def test_bad_audit_queries(admin: APIClient, query: str, message: str) -> None:
     r = admin.get(f"/v1/audit/?{query}")
     assert r.status_code == 400 and message in r.json()["message"]

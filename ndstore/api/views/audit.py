@@ -20,7 +20,7 @@ def _int(params: Any, name: str, default: int | None, lo: int, hi: int) -> int |
     raw = params.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or not lo <= int(raw) <= hi:
+    if not (raw.isascii() and raw.isdigit()) or not lo <= int(raw) <= hi:
         raise InvalidRequest(f"{name} must be an integer from {lo} to {hi}, not {raw!r}")
     return int(raw)
 

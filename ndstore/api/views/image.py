@@ -106,6 +106,6 @@ class MalformedImage(APIView):
 
 
 def _quality(raw: str) -> int:
-    if not raw.isdigit() or not 1 <= int(raw) <= 95:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 95:
         raise InvalidRequest(f"quality must be an integer 1..95, not {raw!r}")
     return int(raw)
