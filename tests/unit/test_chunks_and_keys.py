@@ -1,3 +1,5 @@
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -80,3 +82,27 @@ def test_a_damaged_cuboid_is_refused_with_a_named_error_not_decoded() -> None:
     for damaged in (blob[:-5], blob[:20], blob[:16] + bytes(len(blob) - 16), b"not blosc at all"):
         with pytest.raises(DataCorrupt, match="cuboid"):
             chunks.decompress_cuboid(damaged, np.dtype(np.uint16), (4, 8, 8))
+
+
+def test_a_pool_gets_a_few_batches_of_cuboids_in_order_not_a_task_per_cuboid() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    handed: list[int] = []
+
+    def counting_map(fn: Any, runs: Any) -> Any:
+        runs = list(runs)
+        handed.append(len(runs))
+        return map(fn, runs)
+
+    assert chunks.in_batches(counting_map, lambda x: x * 2, list(range(1000))) == [x * 2 for x in range(1000)]
+    assert chunks.in_batches(counting_map, lambda x: x, [7]) == [7]
+    assert chunks.in_batches(counting_map, lambda x: x, []) == []
+    assert max(handed) <= chunks.BATCHES
+    rng = np.random.default_rng(4)
+    array = (rng.random(SHAPE_ZYX) * 1000).astype(np.uint16)
+    with ThreadPoolExecutor(3) as pool:
+        obj = chunks.encode_supercuboid(array, CUBOID, COUNTS, pool.map)
+        assert obj is not None
+        out = np.zeros(SHAPE_ZYX, np.uint16)
+        chunks.decode_supercuboid_region(obj, Box((0, 0, 0), (32, 32, 16)), out, pool.map)
+    np.testing.assert_array_equal(out, array)
