@@ -18,9 +18,11 @@ class NameConverter:
 
 
 class RangeConverter:
-    """`a:b` -> (a, b). Emptiness and order are checked by the geometry, with a clear 400."""
+    """`a:b` -> (a, b). Emptiness and order are checked by the geometry, with a clear 400.
+    ASCII digits only, as Django's `int` converter: `\\d` also matches other scripts' digits,
+    which int() reads ('٣' is 3), so one box had many URLs."""
 
-    regex = r"-?\d{1,12}:-?\d{1,12}"
+    regex = r"-?[0-9]{1,12}:-?[0-9]{1,12}"
 
     def to_python(self, value: str) -> tuple[int, int]:
         a, b = value.split(":")
