@@ -24,6 +24,7 @@ def test_numbers_that_are_not_ascii_digits_are_refused_everywhere(admin: APIClie
         f"/v1/cutout/c1/e1/img8/0/0:4{digit}/0:30/0:4/": 400,  # "malformed cutout URL"
         f"/v1/cutout/c1/e1/img8/{digit}/0:40/0:30/0:4/": 400,
         f"/precomputed/c1/e1/img8/{digit}/0-40_0-30_0-4": 404,  # no such scale key
+        f"/precomputed/c1/e1/img8/0/0-4{digit}_0-30_0-4": 404,  # no such precomputed file
         f"/v1/image/c1/e1/img8/xy/0/0:40/0:30/0/?format=jpeg&quality=5{digit}": 400,
         f"/v1/audit/?limit={digit}": 400,
     }

@@ -37,9 +37,9 @@ log = logging.getLogger("ndstore.views")
 
 class ChunkNameConverter:
     """`x0-x1_y0-y1_z0-z1` -> ((x0, x1), (y0, y1), (z0, z1)); emptiness and order are checked
-    by the geometry, with a clear 400."""
+    by the geometry, with a clear 400. ASCII digits only, as the cutout ranges (RangeConverter)."""
 
-    regex = r"\d{1,12}-\d{1,12}_\d{1,12}-\d{1,12}_\d{1,12}-\d{1,12}"
+    regex = r"[0-9]{1,12}-[0-9]{1,12}_[0-9]{1,12}-[0-9]{1,12}_[0-9]{1,12}-[0-9]{1,12}"
 
     def to_python(self, value: str) -> tuple[tuple[int, int], ...]:
         return tuple((int(a), int(b)) for a, b in (r.split("-") for r in value.split("_")))
