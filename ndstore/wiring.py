@@ -218,7 +218,7 @@ def build(config: Config) -> Services:
     locks = _pick(LOCKS, "lock", config.locks)(config, metrics)
     objects.ensure_ready()
     index.ensure_ready()
-    base = BaseTier(objects, index, locks, config.io_parallelism)
+    base = BaseTier(objects, index, locks, config.io_parallelism, config.read_window_bytes)
     cache_url = config.cache_redis_url or config.redis_url
     # small reads and writes skip the locks when the locks' keys live in the cache's Redis (CacheTier)
     shared = isinstance(locks, RedisRWLocks) and cache_url == config.redis_url

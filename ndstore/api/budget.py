@@ -2,10 +2,11 @@
 hold more memory than it may.
 
 A data request (cutout, ids, slice image, precomputed chunk) reserves what it will hold once it
-is authenticated and its box is validated, before it reads anything: a read 3 x its array (the
-cached blobs, the array, its encoded answer), a write 4 x (the body as read, its decoded array,
-the merged and compressed cuboids, the commands that store them), as measured by RSS
-(docs/design/serving.md). A worker process has NDSTORE_WORKER_BYTES_IN_FLIGHT (default 4 x
+is authenticated and its box is validated, before it reads anything: a read 2 x its array (the
+array and its encoded answer) plus the blobs of the supercuboids it fetches and decodes at once
+(at most 2 x NDSTORE_READ_WINDOW_BYTES, and never more than its array), a write 4 x (the body as
+read, its decoded array, the merged and compressed cuboids, the commands that store them), as
+measured by RSS (docs/design/serving.md). A worker process has NDSTORE_WORKER_BYTES_IN_FLIGHT (default 4 x
 NDSTORE_MAX_CUTOUT_BYTES: room for the largest write); anonymous requests share
 NDSTORE_ANON_BYTES_IN_FLIGHT of it (512 MiB), which is also the most one of them may cost.
 Beyond its budget a request is refused at once with 503 and Retry-After (another worker or a
@@ -24,7 +25,7 @@ from django.core.signals import request_finished, request_started
 from ndstore.core.errors import Busy, PayloadTooLarge
 from ndstore.wiring import services
 
-READ_FACTOR, WRITE_FACTOR = 3, 4  # bytes held per byte of the request's array
+READ_FACTOR, WRITE_FACTOR = 2, 4  # bytes held per byte of the request's array (a read: plus its window)
 
 
 class ByteBudget:
@@ -39,7 +40,8 @@ class ByteBudget:
             who = "an anonymous request" if anonymous else "a request"
             hint = "; send a token, or ask for a smaller box" if anonymous else "; ask for a smaller box"
             raise PayloadTooLarge(f"{who} may hold at most {limit} bytes in a web worker and this one needs {cost} "
-                                  f"(a read holds {READ_FACTOR} x its array, a write {WRITE_FACTOR} x){hint}")
+                                  f"(a read holds {READ_FACTOR} x its array and a window of blobs, "
+                                  f"a write {WRITE_FACTOR} x){hint}")
         with self._guard:
             if self._held + cost > self.total or (anonymous and self._held_anonymous + cost > self.anonymous):
                 share = f"; anonymous: {self._held_anonymous} of {self.anonymous}" if anonymous else ""
@@ -81,7 +83,10 @@ def reserve(request: Any, array_bytes: int) -> None:
     a write), until its response is closed; raises Busy (503) or PayloadTooLarge (413)."""
     anonymous = not getattr(request, "user", None) or not request.user.is_authenticated
     reading = request.method in ("GET", "HEAD")
-    cost = (READ_FACTOR if reading else WRITE_FACTOR) * array_bytes
+    if reading:
+        cost = READ_FACTOR * array_bytes + min(array_bytes, 2 * services().config.read_window_bytes)
+    else:
+        cost = WRITE_FACTOR * array_bytes
     worker_budget().take(cost, anonymous)
     held = getattr(_requests, "held", None)
     if held is None:

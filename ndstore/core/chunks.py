@@ -51,7 +51,8 @@ def compress_cuboid(cuboid: npt.NDArray[np.generic]) -> bytes:
     )
 
 
-def decompress_cuboid(blob: bytes, dtype: np.dtype, shape_zyx: tuple[int, int, int]) -> npt.NDArray[np.generic]:
+def decompress_cuboid(blob: bytes | memoryview, dtype: np.dtype,
+                      shape_zyx: tuple[int, int, int]) -> npt.NDArray[np.generic]:
     if not blob:
         return np.zeros(shape_zyx, dtype)
     out = np.empty(shape_zyx, dtype)

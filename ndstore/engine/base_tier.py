@@ -2,8 +2,12 @@
 with the supercuboid index kept in step. It owns no cache: the cache tier (cache_tier.py) keeps
 it coherent with cached copies, and everything else reaches it through the cache tier.
 
-Reads fetch every touched supercuboid in parallel and decompress only the cuboids the box
-needs; a missing object reads as zeros. Writes lock the touched supercuboids (so two writers
+Reads fetch the touched supercuboids in parallel and decompress only the cuboids the box
+needs; a missing object reads as zeros. A read holds at most its window of supercuboids
+(`read_window_bytes` of raw voxels, at least one) fetched and not yet decoded, and as many being
+decoded, so a large read holds its output array plus a constant, not a second copy of the box.
+
+Writes lock the touched supercuboids (so two writers
 of one supercuboid cannot lose each other's voxels), read-modify-write the partly covered ones,
 and never store an all-zero supercuboid: a write that zeroes one deletes it.
 
@@ -14,6 +18,7 @@ on delete the object goes first. A crash in between leaves a harmless extra inde
 from __future__ import annotations
 
 import os
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -30,10 +35,18 @@ from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.storage.interfaces import ExclusiveLocks, ObjectStore, SupercuboidIndex
 
 Array = npt.NDArray[Any]
+READ_WINDOW_BYTES = 64 << 20
+
+
+def read_window(grid: Grid, dtype: np.dtype, window_bytes: int) -> int:
+    """How many supercuboids of ``grid`` make ``window_bytes`` of raw voxels (at least one)."""
+    return max(1, window_bytes // (int(np.prod(grid.supercuboid)) * dtype.itemsize))
 
 
 class BaseTier:
-    def __init__(self, objects: ObjectStore, index: SupercuboidIndex, locks: ExclusiveLocks, parallelism: int = 8):
+    def __init__(self, objects: ObjectStore, index: SupercuboidIndex, locks: ExclusiveLocks, parallelism: int = 8,
+                 read_window_bytes: int = READ_WINDOW_BYTES):
+        self.read_window_bytes = read_window_bytes
         self.objects = objects
         self.index = index
         self.locks = locks
@@ -47,15 +60,19 @@ class BaseTier:
         plan = cutout.plan()
         out = np.empty(cutout.shape, cutout.channel.dtype)  # every voxel is written below, once
         by_key = {p.key.object_key: p for p in plan.parts}
-        decodes: list[Future[None]] = []
-        for object_key, blob in self.objects.get_many(list(by_key)):
+        window = read_window(plan.grid, out.dtype, self.read_window_bytes)
+        decodes: deque[Future[None]] = deque()
+        for object_key, blob in self.objects.get_many(list(by_key), window):
             planned = by_key[object_key]
             target = out[planned.time_index][planned.part.in_box(cutout.box)]
             if blob is None:
                 target[...] = 0
-            else:
-                decodes.append(self._pool.submit(decode_supercuboid_region, blob, planned.part.local_region(plan.grid),
-                                                 target, self._codec.map))
+                continue
+            while len(decodes) >= window:
+                decodes.popleft().result()
+            decodes.append(self._pool.submit(decode_supercuboid_region, blob, planned.part.local_region(plan.grid),
+                                             target, self._codec.map))
+            del blob
         for fut in decodes:
             fut.result()
         return out

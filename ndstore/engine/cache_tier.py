@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -57,7 +57,7 @@ from ndstore.core.keys import SupercuboidKey
 from ndstore.core.observe import NULL, Observer
 from ndstore.core.parallel import map_ordered, run_all
 from ndstore.core.plan import Plan, PlannedPart
-from ndstore.engine.base_tier import BaseTier
+from ndstore.engine.base_tier import BaseTier, read_window
 from ndstore.engine.ledger import NAMES_IN_MESSAGES, LedgerBook, LedgerKeeper, Verdict
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.storage.interfaces import CuboidCache, ObjectStore, RWLocks
@@ -66,7 +66,7 @@ log = logging.getLogger(__name__)
 Array = npt.NDArray[Any]
 Blob = bytes | memoryview  # a cuboid's blosc bytes, or a view of them in a fetched supercuboid object
 T = TypeVar("T")
-READ_BATCH = 256  # supercuboids per locked snapshot of a read (see CacheTier.read)
+READ_BATCH = 256  # at most this many supercuboids per locked snapshot of a read (see CacheTier.read)
 # Reads of at most this many cuboids (4 MiB of uint8) and writes of at most LOCK_FREE_WRITE_CUBOIDS
 # go without locks (see above). Measured in-process (docs/design/serving.md, section 5): faster
 # at every size up to these; a write's new cuboids go through its commit script's arguments,
@@ -122,23 +122,46 @@ class CacheTier:
 
     # -- reads -------------------------------------------------------------------------------
     def read(self, cutout: Cutout) -> Array:
-        """The box, read READ_BATCH supercuboids at a time (in plan order: time sample, then
+        """The box, read a batch of supercuboids at a time (in plan order: time sample, then
         Morton), each batch a consistent snapshot under its own locks: a box over thousands of
         supercuboids (a voxel over a long time series) holds no lock longer than its batch's I/O,
-        so a writer waits for one batch, not for the whole read."""
+        so a writer waits for one batch, not for the whole read. A batch is at most READ_BATCH
+        supercuboids and at most the base tier's read window of cuboids (raw bytes, at least one
+        supercuboid): a large read holds its output array and one batch of blobs, not a second
+        copy of the box."""
         plan = cutout.plan()
         out = np.empty(cutout.shape, cutout.channel.dtype)
         if self._read_unlocked(cutout, plan, out):
             return out
         self.guard(plan.names)
-        keys = plan.keys
+        grid = plan.grid
         parts: dict[str, list[PlannedPart]] = {}
+        wanted: dict[str, list[int]] = {}
         for planned in plan.parts:
             parts.setdefault(planned.key.name, []).append(planned)
-        for start in range(0, len(keys), READ_BATCH):
-            batch = keys[start:start + READ_BATCH]
-            self._read_batch(cutout, plan.grid, batch, [p for k in batch for p in parts[k.name]], out)
+            wanted.setdefault(planned.key.name, []).extend(n for n, _, _ in self._touching(planned.part, grid))
+        for batch in self._batches(plan.keys, wanted, grid, out.dtype):
+            self._read_batch(cutout, grid, batch, [p for k in batch for p in parts[k.name]],
+                             {k.name: wanted[k.name] for k in batch}, out)
         return out
+
+    def _batches(self, keys: Sequence[SupercuboidKey], wanted: Mapping[str, list[int]], grid: Grid,
+                 dtype: np.dtype) -> Iterator[list[SupercuboidKey]]:
+        """``keys`` in order, cut into batches of at most READ_BATCH supercuboids and at most a read
+        window of wanted cuboids (at least one supercuboid each)."""
+        per_super = int(np.prod(grid.cuboids_per_super))
+        room = read_window(grid, dtype, self._base.read_window_bytes) * per_super
+        batch: list[SupercuboidKey] = []
+        cuboids = 0
+        for key in keys:
+            count = len(wanted[key.name])
+            if batch and (len(batch) == READ_BATCH or cuboids + count > room):
+                yield batch
+                batch, cuboids = [], 0
+            batch.append(key)
+            cuboids += count
+        if batch:
+            yield batch
 
     def _read_unlocked(self, cutout: Cutout, plan: Plan, out: Array) -> bool:
         """The lock-free snapshot of a small read into ``out``; False when it does not apply
@@ -160,9 +183,8 @@ class CacheTier:
         return True
 
     def _read_batch(self, cutout: Cutout, grid: Grid, keys: list[SupercuboidKey], parts: list[PlannedPart],
-                    out: Array) -> None:
+                    wanted: dict[str, list[int]], out: Array) -> None:
         names = [k.name for k in keys]
-        wanted = {p.key.name: [n for n, _, _ in self._touching(p.part, grid)] for p in parts}
         blobs = None
         for attempt in range(5):
             # the last try takes write locks on them all: eviction needs those too, so cannot win again
@@ -193,13 +215,12 @@ class CacheTier:
             resident = dict(zip(names, self._cache.resident(names)))
             if any(was_resident[n] and not resident[n] for n in names):
                 return None
-            fetched = self._fetch([k for k in missing if not resident[k.name]], dtype, grid)
+            fetched = self._fetch([k for k in missing if not resident[k.name]], dtype, grid, wanted)
             blobs: dict[str, Sequence[Blob | None]] = {
                 **self._cache.get_many({n: wanted[n] for n in names if n not in fetched})}
         self._observer.count("cache_reads_total", len(names) - len(fetched), outcome="hit")
         self._observer.count("cache_reads_total", len(fetched), outcome="miss")
-        for name, all_blobs in fetched.items():
-            blobs[name] = [all_blobs[i] for i in wanted[name]]
+        blobs.update(fetched)
         return blobs
 
     @staticmethod
@@ -214,16 +235,19 @@ class CacheTier:
                             planned.part.local_region(grid), out[planned.time_index][planned.part.in_box(cutout.box)],
                             map if serial else partial(map_ordered, self._codec))
 
-    def _fetch(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid) -> dict[str, Sequence[Blob]]:
-        """Copy supercuboids from the base tier into the cache; return their cuboid blobs (views
-        of the fetched objects)."""
+    def _fetch(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid,
+               keep: Mapping[str, Sequence[int]]) -> dict[str, list[Blob]]:
+        """Copy supercuboids from the base tier into the cache, a read window of them fetched at
+        once; return the blobs of the cuboids ``keep`` names in each: views of the fetched object
+        when they are most of it, copies when they are a few, so the object is not held for them."""
         if not keys:
             return {}
         by_object = {k.object_key: k for k in keys}
         count = int(np.prod(grid.cuboids_per_super))
         now = self._clock()
-        fetched: dict[str, Sequence[Blob]] = {}
-        for object_key, obj in self._base.objects.get_many(list(by_object)):
+        fetched: dict[str, list[Blob]] = {}
+        window = read_window(grid, dtype, self._base.read_window_bytes)
+        for object_key, obj in self._base.objects.get_many(list(by_object), window):
             blobs: Sequence[Blob]
             if obj is None:
                 blobs = [b""] * count  # known all-zero: no further base-tier access for it
@@ -233,7 +257,10 @@ class CacheTier:
                     raise DataCorrupt(f"stored supercuboid has dtype {stored_dtype}, channel has {dtype}")
             name = by_object[object_key].name
             self._cache.put(name, {META: _meta(dtype, grid), **dict(enumerate(blobs))}, now, dirty=False)
-            fetched[name] = blobs
+            numbers = keep[name]
+            views = 2 * len(numbers) > count
+            fetched[name] = [blobs[n] if views else bytes(blobs[n]) for n in numbers]
+            del obj, blobs
         return fetched
 
     # -- writes ------------------------------------------------------------------------------
@@ -282,13 +309,13 @@ class CacheTier:
         with self._ledger_kept() as written_back, self._locks.write([k.name for k in keys]):
             # whether each supercuboid is resident and its partly covered cuboids, in one round
             # trip; one that is not resident is paged in whole first
-            old = self._cache.get_if_resident(partly)
+            old: dict[str, Sequence[Blob | None] | None] = {**self._cache.get_if_resident(partly)}
             # a supercuboid the write replaces whole needs nothing of the old one
             whole = int(np.prod(grid.cuboids_per_super))
             paged = self._fetch([k for k in keys if old[k.name] is None
-                                 and (partly[k.name] or len(touching[k.name]) < whole)], cutout.channel.dtype, grid)
-            for name, blobs in paged.items():
-                old[name] = [blobs[n] for n in partly[name]]
+                                 and (partly[k.name] or len(touching[k.name]) < whole)], cutout.channel.dtype, grid,
+                                partly)
+            old.update(paged)
             run_all(self._pool, lambda p: self._merge(p, grid, data[p.time_index][p.part.in_box(cutout.box)],
                                                       touching[p.key.name],
                                                       dict(zip(partly[p.key.name], old[p.key.name] or []))),
@@ -297,12 +324,12 @@ class CacheTier:
                 written_back.extend(self._flush_locked(key.name) for key in keys)
 
     def _merge(self, planned: PlannedPart, grid: Grid, src: Array, touching: list[Any],
-               old: dict[int, bytes | None]) -> None:
+               old: dict[int, Blob | None]) -> None:
         new = self._merged(planned, grid, src, touching, old)
         self._cache.put(planned.key.name, {META: _meta(src.dtype, grid), **new}, self._clock(), dirty=True)
 
     def _merged(self, planned: PlannedPart, grid: Grid, src: Array, touching: list[Any],
-                old: dict[int, bytes | None]) -> dict[int, bytes]:
+                old: Mapping[int, Blob | None]) -> dict[int, bytes]:
         """The new blobs of the cuboids ``src`` touches: whole ones compressed, partly covered
         ones merged into their ``old`` blob."""
         part = planned.part

@@ -33,8 +33,8 @@ class FileObjectStore:
             raise ValueError(f"object key {key!r} is not a safe relative path")
         return self.root / key[:2] / key
 
-    def get_many(self, keys: Sequence[str]) -> Iterator[tuple[str, bytes | None]]:
-        return map_completed(self._pool, self._get, keys)
+    def get_many(self, keys: Sequence[str], window: int | None = None) -> Iterator[tuple[str, bytes | None]]:
+        return map_completed(self._pool, self._get, keys, window)
 
     def _get(self, key: str) -> bytes | None:
         try:

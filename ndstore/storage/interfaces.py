@@ -24,8 +24,9 @@ class ObjectStore(Protocol):
     def ensure_ready(self) -> None:
         """Create the bucket/directory if it is missing."""
 
-    def get_many(self, keys: Sequence[str]) -> Iterator[tuple[str, bytes | None]]:
-        """Fetch keys in parallel; yield (key, bytes) as each arrives, None for a missing key."""
+    def get_many(self, keys: Sequence[str], window: int | None = None) -> Iterator[tuple[str, bytes | None]]:
+        """Fetch keys in parallel; yield (key, bytes) as each arrives, None for a missing key.
+        With a ``window``, at most that many objects are fetched and not yet taken by the caller."""
 
     def put_many(self, items: Mapping[str, bytes]) -> None: ...
 

@@ -34,8 +34,8 @@ class S3ObjectStore:
             except BotoCoreError as exc:
                 raise StorageError(f"S3 create_bucket {self.bucket} failed: {exc}") from exc
 
-    def get_many(self, keys: Sequence[str]) -> Iterator[tuple[str, bytes | None]]:
-        return map_completed(self._pool, self._get, keys)
+    def get_many(self, keys: Sequence[str], window: int | None = None) -> Iterator[tuple[str, bytes | None]]:
+        return map_completed(self._pool, self._get, keys, window)
 
     def put_many(self, items: Mapping[str, bytes]) -> None:
         run_all(self._pool, lambda k: self._call(self._s3.put_object, Bucket=self.bucket, Key=k, Body=items[k]), items)

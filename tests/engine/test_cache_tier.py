@@ -98,9 +98,9 @@ def count_base_gets(tier: CacheTier) -> list[str]:
     fetched: list[str] = []
     real = tier._base.objects.get_many
 
-    def counting(keys: Any) -> Any:
+    def counting(keys: Any, window: int | None = None) -> Any:
         fetched.extend(keys)
-        return real(keys)
+        return real(keys, window)
 
     tier._base.objects.get_many = counting  # type: ignore[method-assign]
     return fetched
