@@ -17,7 +17,7 @@ from typing import Any
 from benchmarks.common import RESULTS, fmt
 
 Record = dict[str, Any]
-SOURCES = ("direct_io", "cache_tier", "blaze", "ingest", "downsample", "viewer", "load", "reliability")
+SOURCES = ("direct_io", "cache_tier", "blaze", "ingest", "downsample", "viewer", "load", "reliability", "memory")
 
 
 def load() -> dict[str, Record]:
@@ -192,6 +192,19 @@ def rows(results: dict[str, Record]) -> list[list[str]]:
 
     row("fuzz cases run (schemathesis over the API, hypothesis over the decoders): no 500, no corruption",
         "0 failures", "reliability", fuzz)
+
+    def memory(r: Record) -> tuple[str, str, str]:
+        reads = {name: q for name, q in r["requests"].items() if name.startswith("read")}
+        name, worst = max(reads.items(), key=lambda item: item[1]["grown_mib"]["median"])
+        answer = worst["answer_bytes"]
+        constant = (2 * r["window_bytes"] + r["retained_bytes"]) >> 20
+        within = all(q["grown_mib"]["max"] <= (2 * q["answer_bytes"] >> 20) + constant for q in reads.values())
+        return (f"{fmt(worst['grown_mib'])} MiB for a {answer >> 20} MiB answer ({name})",
+                f"{fmt(worst['ratio'], 2)} x the answer; bound 2 x + {constant} MiB (two read windows, glibc's "
+                f"retention)", "met" if within else "short")
+
+    row("memory: peak RSS growth of a worker serving the largest allowed read", "≤ 2x the response + a documented "
+        "constant", "memory", memory)
     return out
 
 

@@ -1,0 +1,182 @@
+"""Memory of a web worker serving the largest allowed request (DESIGN §8: peak RSS <= 2 x the
+response + a documented constant): the growth of a fresh worker's peak RSS (VmHWM) while it
+serves one read of NDSTORE_MAX_CUTOUT_BYTES (paged in from the base tier, from a hot cache,
+straight from the base tier; raw and blosc answers) and one write of that size, each divided by
+the response (the body for the write). The constant: two read windows of blobs
+(NDSTORE_READ_WINDOW_BYTES, docs/design/serving.md) + what glibc keeps of freed memory as
+`ndstore up` tunes it (MALLOC_TRIM_THRESHOLD_ + MALLOC_TOP_PAD_: blobs freed by one of the I/O
+threads stay in that thread's arena for its next fetch).
+
+    python -m benchmarks.bench_memory [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import redis
+import requests
+
+from benchmarks.common import Stack, create_dataset, fmt, hardware, local_stack, summary, write_results
+from ndstore.ops.localstack import MALLOC_TUNING
+
+MiB = 1 << 20
+WINDOW = 64 * MiB  # NDSTORE_READ_WINDOW_BYTES's default
+RETAINED = int(MALLOC_TUNING["MALLOC_TRIM_THRESHOLD_"]) + int(MALLOC_TUNING["MALLOC_TOP_PAD_"])
+BOX = (2048, 2048, 256)  # (x, y, z) uint8: the default NDSTORE_MAX_CUTOUT_BYTES, 1 GiB
+
+
+def worker_pid(stack: Stack) -> int:
+    children = subprocess.run(["pgrep", "-P", str(stack.gunicorn_pid)], capture_output=True, text=True).stdout.split()
+    if len(children) != 1:
+        raise RuntimeError(f"expected one gunicorn worker, found {children}")
+    return int(children[0])
+
+
+def status_bytes(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith(field))
+
+
+def fresh_worker(stack: Stack, session: requests.Session, warm_up: str) -> int:
+    """Replace gunicorn's worker (nothing of an earlier request's freed memory kept), let it serve
+    a small read, and reset its peak RSS to what it holds now."""
+    old = worker_pid(stack)
+    os.kill(old, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while True:
+        time.sleep(0.2)
+        try:
+            pid = worker_pid(stack)
+        except RuntimeError:
+            continue
+        if pid != old and session.get(warm_up, headers={"Accept": "application/octet-stream"}, timeout=10).ok:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError("gunicorn did not replace its worker")
+    with open(f"/proc/{pid}/clear_refs", "w") as refs:
+        refs.write("5")  # VmHWM := VmRSS
+    return pid
+
+
+def drain(response: requests.Response) -> int:
+    """Read a streamed answer in 8 MiB pieces (the client holds none of it); its length."""
+    response.raise_for_status()
+    size = 0
+    for piece in response.iter_content(8 * MiB):
+        size += len(piece)
+    return size
+
+
+def peak_growth(stack: Stack, session: requests.Session, warm_up: str, before: Callable[[], None],
+                call: Callable[[], int]) -> tuple[int, int]:
+    """(growth of a fresh worker's peak RSS while ``call`` runs, the bytes ``call`` reports)."""
+    before()
+    pid = fresh_worker(stack, session, warm_up)
+    start = status_bytes(pid, "VmRSS")
+    size = call()
+    return status_bytes(pid, "VmHWM") - start, size
+
+
+def measure(rounds: int) -> dict[str, Any]:
+    x, y, z = BOX
+    largest = x * y * z
+    env = {"NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite", "NDSTORE_MAX_CUTOUT_BYTES": str(largest),
+           "NDSTORE_MAX_BODY_BYTES": str(largest), "NDSTORE_READ_WINDOW_BYTES": str(WINDOW)}
+    record: dict[str, Any] = {"largest_bytes": largest, "window_bytes": WINDOW, "retained_bytes": RETAINED,
+                              "requests": {}}
+    with local_stack(env, workers=1, threads=4, with_merger=False) as stack:
+        prefix = create_dataset(stack, (x, y, z))
+        box = f"0:{x}/0:{y}/0:{z}/"
+        s = stack.session()
+        cache = redis.Redis.from_url(stack.redis_url)
+        data = np.random.default_rng(7).integers(0, 256, (z, y, x), dtype=np.uint8).tobytes()  # does not compress
+        raw = {"Accept": "application/octet-stream"}
+        octet = {"Content-Type": "application/octet-stream"}
+
+        def write(path: str) -> int:
+            s.post(f"{stack.url}/v1/{path}/{prefix}/{box}", data=data, headers=octet, timeout=600).raise_for_status()
+            return largest
+
+        def read(path: str, headers: dict[str, str]) -> Callable[[], int]:
+            return lambda: drain(s.get(f"{stack.url}/v1/{path}/{prefix}/{box}", headers=headers, stream=True,
+                                       timeout=600))
+
+        def nothing() -> None:
+            pass
+
+        write("direct/cutout")  # the base tier holds the box; the cache nothing dirty
+        warm_up = f"{stack.url}/v1/direct/cutout/{prefix}/0:8/0:8/0:8/"
+        cases: dict[str, tuple[Callable[[], None], Callable[[], int]]] = {
+            "read, paged in from the base tier (raw)": (cache.flushdb, read("cutout", raw)),
+            "read, hot cache (raw)": (nothing, read("cutout", raw)),  # the page-in above left it cached
+            "read, hot cache (blosc)": (nothing, read("cutout", {"Accept": "application/blosc"})),
+            "read, straight from the base tier (raw)": (nothing, read("direct/cutout", raw)),
+            "write through the cache tier (raw body)": (nothing, lambda: write("cutout")),
+        }
+        for name, (before, call) in cases.items():
+            grown, sizes = [], []
+            for _ in range(rounds):
+                g, size = peak_growth(stack, s, warm_up, before, call)
+                grown.append(g / MiB)
+                sizes.append(size)
+            response = max(sizes)
+            ratio = summary([g * MiB / response for g in grown])
+            record["requests"][name] = {"grown_mib": summary(grown), "answer_bytes": response, "ratio": ratio}
+            print(f"{name}: peak RSS grew {fmt(summary(grown))} MiB for {response / MiB:.0f} MiB "
+                  f"({fmt(ratio, 2)} x)", flush=True)
+    return record
+
+
+HEADER = ["request (the largest allowed)", "answer or body, MiB", "worker peak RSS growth, MiB",
+          "÷ the answer", "bound, MiB: 2 x answer + 2 x window + glibc's 320", "verdict"]
+
+
+def bound_mib(rec: dict[str, Any], answer: int) -> float:
+    return (2 * answer + 2 * rec["window_bytes"] + rec["retained_bytes"]) / MiB
+
+
+def table(rec: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for name, r in rec["requests"].items():
+        bound = bound_mib(rec, r["answer_bytes"])
+        reading = name.startswith("read")
+        verdict = ("met" if r["grown_mib"]["max"] <= bound else "short") if reading else "reported"
+        rows.append([name, f"{r['answer_bytes'] / MiB:.0f}", fmt(r["grown_mib"]), fmt(r["ratio"], 2),
+                     f"{bound:.0f}" if reading else "", verdict])
+    return rows
+
+
+NOTES = """
+Each figure: a fresh web worker (gunicorn replaces the one before, so no memory an earlier
+request freed is reused), one small read to warm it, its peak RSS (VmHWM) reset, then one request
+of the largest allowed size (NDSTORE_MAX_CUTOUT_BYTES of uint8 random voxels, which do not
+compress), read by the client in 8 MiB pieces. A read holds its array and its encoded answer,
+plus at most two read windows of fetched blobs (NDSTORE_READ_WINDOW_BYTES); before the window
+(stop 31), every fetched blob was held until the whole box was decoded: 3-3.5 x the answer. A
+write holds the body, its decoded array and the new cuboids (the budget reserves 4 x: see
+docs/design/serving.md). The paged-in read empties the cache Redis before each round. The bound's
+constant: two read windows + what glibc keeps of freed memory (MALLOC_TRIM_THRESHOLD_ +
+MALLOC_TOP_PAD_ as `ndstore up` sets them, 320 MiB): the I/O threads fetch blobs in turn and each
+keeps the memory of its last one in its own arena.
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="2 rounds instead of 3")
+    args = parser.parse_args()
+    rounds = 2 if args.quick else 3
+    record = {"hardware": hardware(), "quick": args.quick, "rounds": rounds, **measure(rounds)}
+    print(write_results("memory", record, table(record), HEADER, NOTES, units="Peak RSS growth of one web worker."))
+
+
+if __name__ == "__main__":
+    main()
