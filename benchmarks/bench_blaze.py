@@ -1,7 +1,9 @@
 """NDBlaze through the HTTP service (the paper's Fig. 10 at this machine's scale): burst write
 acceptance vs blob size (64 KiB to 512 MiB) and client threads, beside the cache-tier write rate
 of 16 MiB regions and the ceilings measured in the same run (Redis SET of the same bodies,
-loopback HTTP POST), then the merge job's throughput per core.
+loopback HTTP POST); small random 64x64x8 writes from 8 and 32 concurrent writers, NDBlaze
+beside the cache tier at the same durability (issue 21's goal: >= 5x); then the merge job's
+throughput per core.
 
     python -m benchmarks.bench_blaze [--quick]
 """
@@ -10,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import blosc
@@ -112,6 +116,38 @@ def redis_set_rate(url: str, body: bytes, raw: int, rounds: int) -> dict[str, fl
     return summary(rates)
 
 
+SMALL = (64, 64, 8)  # (x, y, z) of a small annotation write
+
+
+def small_write_rates(stack: Stack, threads: int, rounds: int, per_thread: int) -> dict[str, Any]:
+    """Writes/s of 64x64x8 uint8 boxes at random positions of the frame from ``threads`` writers,
+    to NDBlaze and through the cache tier (the same positions and bodies for both)."""
+    sessions = [stack.session() for _ in range(threads)]
+    body = blosc.compress(np.random.default_rng(5).integers(0, 255, SMALL[::-1], np.uint8), typesize=1,
+                          cname="lz4", clevel=5)
+    buffer = redis.Redis.from_url(stack.blaze_redis_url)
+
+    def writes(path: str) -> Callable[[int], int]:
+        def write(i: int) -> int:
+            rng = random.Random(i)
+            for _ in range(per_thread):
+                x, y, z = (rng.randrange(FRAME[d] - SMALL[d]) for d in range(3))
+                sessions[i].post(f"{stack.url}/v1/{path}/bench/e/c/0/{x}:{x + SMALL[0]}/{y}:{y + SMALL[1]}/"
+                                 f"{z}:{z + SMALL[2]}/", data=body,
+                                 headers={"Content-Type": "application/blosc"}).raise_for_status()
+            return per_thread
+        return write
+
+    out: dict[str, Any] = {"cache": [], "blaze": []}
+    for _ in range(rounds):  # in turns, so the host's drift falls on both
+        out["cache"].append(concurrent_rate(writes("cutout"), threads) * 1e6)
+        discard_pending(buffer)
+        out["blaze"].append(concurrent_rate(writes("blaze/cutout"), threads) * 1e6)
+    discard_pending(buffer)
+    return {"cache_writes_per_s": summary(out["cache"]), "blaze_writes_per_s": summary(out["blaze"]),
+            "per_thread": per_thread}
+
+
 def cache_write_rate(stack: Stack, threads: int, rounds: int) -> dict[str, float]:
     """Aligned 16 MiB blosc writes through the cache tier, one region per thread."""
     box = BOXES["16 MiB"]
@@ -152,7 +188,8 @@ def merge_rate(stack: Stack, writes: int) -> dict[str, Any]:
 
 HEADER = ["buffer Redis", "blob size", "client threads", "NDBlaze accepted MB/s", "÷ cache write (same threads)",
           "÷ Redis SET of the body"]
-MODES = {"AOF everysec (default)": {}, "in memory (no AOF)": {"NDSTORE_BLAZE_REDIS_APPENDONLY": "no"}}
+DEFAULT_MODE = "AOF, appendfsync always (default)"
+MODES = {DEFAULT_MODE: {}, "in memory (no AOF)": {"NDSTORE_BLAZE_REDIS_APPENDONLY": "no"}}
 
 
 def table(record: dict[str, Any]) -> list[list[str]]:
@@ -172,7 +209,11 @@ def table(record: dict[str, Any]) -> list[list[str]]:
     m = record["merge"]
     merged = f"merge: {m['writes']} 64x64x16 writes into {m['supercuboids']} supercuboids"
     rate = f"{m['mb_s']:.0f} ({m['mb_s_per_core']:.0f} per core)"
-    rows.append(["AOF everysec (default)", merged, f"{m['cores']} cores", rate, "", ""])
+    rows.append([DEFAULT_MODE, merged, f"{m['cores']} cores", rate, "", ""])
+    for threads, r in record.get("small_writes", {}).items():
+        blaze, cache = r["blaze_writes_per_s"], r["cache_writes_per_s"]
+        rows.append([DEFAULT_MODE, "small 64x64x8 writes, writes/s (cache tier: " + fmt(cache) + ")",
+                     f"{threads} writers", fmt(blaze), f"{blaze['median'] / cache['median']:.1f}x (goal ≥ 5x)", ""])
     return rows
 
 
@@ -181,17 +222,21 @@ Each client thread POSTs the same application/blosc body (EM-like uint8, lz4) to
 /v1/blaze/cutout/ as fast as the service answers 201; figures are raw-voxel MB/s. The buffer is
 emptied between rounds by releasing its writes unapplied (as a merge releases applied ones; a
 FLUSHDB would read as a lost Redis), so no merge runs during acceptance. The buffer's Redis runs
-as `ndstore up` runs it (AOF on, appendfsync everysec, no eviction) and, for comparison, with
+as `ndstore up` runs it (AOF on, appendfsync always, no eviction) and, for comparison, with
 NDSTORE_BLAZE_REDIS_APPENDONLY=no (pending writes live in memory only: a Redis crash loses them).
 The cache-write column divides by the cache-tier write rate of aligned 16 MiB regions with the
 same number of client threads, in the same stack (DESIGN.md goal: >= 5x). The merge row: random
 64x64x16 writes, merged on demand by the merger daemon (Spark local[*]); MB/s of whole
 supercuboids read, patched and written back (a merge rewrites every touched 16 MiB supercuboid).
+The small-writes rows: 8 and 32 writers (16 too in the full run), each POSTing 64x64x8 uint8
+boxes (application/blosc) at its own random positions, first through the cache tier, then to
+NDBlaze, in turns each round; both Redis servers fsync every write (`appendfsync always`), so
+both rates are at the same durability. Issue 21's goal: NDBlaze >= 5x the cache tier.
 """
 
 
 def measure_mode(env: dict[str, str], sizes: list[str], thread_counts: list[int], rounds: int,
-                 merge_writes: int | None) -> dict[str, Any]:
+                 merge_writes: int | None, small_writers: dict[int, int]) -> dict[str, Any]:
     out: dict[str, Any] = {"cache_write": {}, "redis_set": {}, "blaze": {}}
     with local_stack({**BLAZE_SETTINGS, **env}) as stack:
         create_dataset(stack, FRAME)
@@ -206,6 +251,10 @@ def measure_mode(env: dict[str, str], sizes: list[str], thread_counts: list[int]
                 out["blaze"][size][threads] = acceptance(stack, BOXES[size], body, threads, rounds)
                 print(f"{size} x{threads}: {fmt(out['blaze'][size][threads])} "
                       f"(Redis SET {fmt(out['redis_set'][size])})", flush=True)
+        for writers, per_thread in small_writers.items():
+            out.setdefault("small_writes", {})[writers] = r = small_write_rates(stack, writers, rounds, per_thread)
+            print(f"small writes x{writers}: NDBlaze {fmt(r['blaze_writes_per_s'])}/s, "
+                  f"cache tier {fmt(r['cache_writes_per_s'])}/s", flush=True)
         if merge_writes:
             out["merge"] = merge_rate(stack, merge_writes)
             print(f"merge: {out['merge']}", flush=True)
@@ -223,8 +272,10 @@ def main() -> None:
     record["loopback"] = {t: loopback_rates(body_of(BOXES["16 MiB"]), t, rounds) for t in thread_counts}
     for i, (mode, env) in enumerate(MODES.items()):
         merge_writes = None if i else (200 if args.quick else 1000)
-        record["modes"][mode] = measure_mode(env, sizes, thread_counts, rounds, merge_writes)
-    record["merge"] = record["modes"][next(iter(MODES))].pop("merge")
+        small_writers = {} if i else ({8: 15, 32: 6} if args.quick else {8: 40, 16: 25, 32: 15})
+        record["modes"][mode] = measure_mode(env, sizes, thread_counts, rounds, merge_writes, small_writers)
+    record["merge"] = record["modes"][DEFAULT_MODE].pop("merge")
+    record["small_writes"] = record["modes"][DEFAULT_MODE].pop("small_writes")
     print(write_results("blaze", record, table(record), HEADER, NOTES))
 
 

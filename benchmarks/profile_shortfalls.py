@@ -5,7 +5,8 @@ inclusive time are written to results/profile_<workload>.md (+ the collapsed sta
 flame graph with any speedscope/flamegraph tool).
 
     python -m benchmarks.profile_shortfalls [--seconds 20] [--gil] [--backend file|moto]
-        [hot_read cold_read direct_read direct_write cache_write blaze_write small_writes tiny_read tile]
+        [hot_read cold_read direct_read direct_write cache_write blaze_write small_writes
+         blaze_small_writes tiny_read tile]
 
 Each workload is the request of one short figure of results/summary.md, as its benchmark sends
 it: cold_read empties the cache Redis before every round of reads, as bench_cache does (so the
@@ -82,10 +83,13 @@ def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
     small = blosc.compress(np.random.default_rng(5).integers(0, 255, (8, 64, 64), np.uint8), typesize=1)
     rng = random.Random(1)
 
-    def small_writes(i: int) -> None:
+    def small_writes(i: int, path: str = "cutout") -> None:
         x, y, z = rng.randrange(SC[0] * THREADS - 64), rng.randrange(SC[1] - 64), rng.randrange(SC[2] - 8)
-        sessions[i].post(f"{stack.url}/v1/cutout/{prefix}/{x}:{x + 64}/{y}:{y + 64}/{z}:{z + 8}/", data=small,
+        sessions[i].post(f"{stack.url}/v1/{path}/{prefix}/{x}:{x + 64}/{y}:{y + 64}/{z}:{z + 8}/", data=small,
                          headers={"Content-Type": "application/blosc"}).raise_for_status()
+
+    def blaze_small_writes(i: int) -> None:
+        small_writes(i, "blaze/cutout")
 
     def tiny_read(i: int) -> None:
         x, y, z = rng.randrange(SC[0] * THREADS), rng.randrange(SC[1]), rng.randrange(SC[2])
@@ -101,7 +105,7 @@ def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
 
     return {"hot_read": hot_read, "cold_read": cold_read, "tile": tile, "direct_read": direct_read,
             "direct_write": direct_write, "cache_write": cache_write, "blaze_write": blaze_write,
-            "small_writes": small_writes, "tiny_read": tiny_read}
+            "small_writes": small_writes, "blaze_small_writes": blaze_small_writes, "tiny_read": tiny_read}
 
 
 def run_for(fn: Any, seconds: float) -> int:
