@@ -351,7 +351,7 @@ def test_acknowledged_blaze_writes_survive_a_sigkill_of_the_buffer_redis(tmp_pat
 
     redis.Redis.from_url(redis_url).flushdb()
     port = free_port()
-    proc = start_redis(tmp_path / "blaze-redis", port)  # AOF, appendfsync everysec: as `ndstore up` runs it
+    proc = start_redis(tmp_path / "blaze-redis", port)  # AOF, appendfsync always: as `ndstore up` runs it
     try:
         url = f"redis://127.0.0.1:{port}/0"
         blaze = make_blaze(tmp_path, redis_url, url)

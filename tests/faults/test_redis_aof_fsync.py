@@ -1,7 +1,7 @@
 """A cache-tier write acknowledged while Redis's background AOF fsync is still running, then
 redis-server killed with SIGKILL: is the write there after the restart? For each fsync policy.
 
-With `appendfsync everysec` (the default of `ndstore up`) Redis 7.0 postpones writing its AOF
+With `appendfsync everysec` (the default of `ndstore up` until this test) Redis 7.0 postpones writing its AOF
 buffer to the file, for up to two seconds, while the previous fsync is still running, and
 replies to clients meanwhile (`flushAppendOnlyFile` returns early; `beforeSleep` sends the
 replies). A redis-server killed in that window loses writes it acknowledged although the machine

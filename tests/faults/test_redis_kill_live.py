@@ -1,6 +1,6 @@
 """Both redis-servers of the live stack (the cache tier's and locks', the NDBlaze buffer's)
 killed with SIGKILL while writes arrive, then started again with the same command line (AOF,
-`appendfsync everysec`, the buffer's memory cap): the way a supervisor restarts them.
+`appendfsync always`, the buffer's memory cap): the way a supervisor restarts them.
 
 tests/engine/test_cache_faults.py and tests/blaze/test_blaze.py already show the AOF keeps
 acknowledged writes across a SIGKILL, with fresh clients. Here the long-lived processes stay:
