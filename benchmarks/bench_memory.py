@@ -2,7 +2,7 @@
 response + a documented constant): the growth of a fresh worker's peak RSS (VmHWM) while it
 serves one read of NDSTORE_MAX_CUTOUT_BYTES (paged in from the base tier, from a hot cache,
 straight from the base tier; raw and blosc answers) and one write of that size, each divided by
-the response (the body for the write). The constant: two read windows of blobs
+the response (the box for a write). The constant: two read windows of blobs
 (NDSTORE_READ_WINDOW_BYTES, docs/design/serving.md) + what glibc keeps of freed memory as
 `ndstore up` tunes it (MALLOC_TRIM_THRESHOLD_ + MALLOC_TOP_PAD_: blobs freed by one of the I/O
 threads stay in that thread's arena for its next fetch).
@@ -20,12 +20,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import blosc
 import numpy as np
 import redis
 import requests
 
 from benchmarks.common import Stack, create_dataset, fmt, hardware, local_stack, summary, write_results
-from ndstore.ops.localstack import MALLOC_TUNING
+from ndstore.ops.localstack import MALLOC_TUNING, wait_until
+from ndstore.storage.redis_cache import DIRTY
 
 MiB = 1 << 20
 WINDOW = 64 * MiB  # NDSTORE_READ_WINDOW_BYTES's default
@@ -105,6 +107,31 @@ def measure(rounds: int) -> dict[str, Any]:
             s.post(f"{stack.url}/v1/{path}/{prefix}/{box}", data=data, headers=octet, timeout=600).raise_for_status()
             return largest
 
+        # not aligned: 8 voxels in from the frame's start on every axis, so every supercuboid at the
+        # low edges is partly covered and must be read (paged in, or read from the base tier) first
+        shifted = f"8:{x}/8:{y}/8:{z}/"
+        shifted_data = np.frombuffer(data, np.uint8).reshape(z, y, x)[8:, 8:, 8:].tobytes()
+
+        def write_shifted(path: str) -> int:
+            s.post(f"{stack.url}/v1/{path}/{prefix}/{shifted}", data=shifted_data, headers=octet,
+                   timeout=600).raise_for_status()
+            return len(shifted_data)
+
+        # a blosc body of voxels that compress (3 bits each, bit-shuffled): the body, its decoded
+        # array and the new cuboids are all held at once
+        packed = blosc.compress(bytes(np.frombuffer(data, np.uint8) >> 5), typesize=1, cname="lz4", clevel=5,
+                                shuffle=blosc.BITSHUFFLE)
+
+        def write_packed() -> int:
+            s.post(f"{stack.url}/v1/cutout/{prefix}/{box}", data=packed, headers={"Content-Type": "application/blosc"},
+                   timeout=600).raise_for_status()
+            return largest  # the box's voxels, as for every write: what the budget counts
+
+        def empty_cache() -> None:
+            """Once the flusher has written every dirty supercuboid back, drop the whole cache."""
+            wait_until(lambda: cache.zcard(DIRTY) == 0, "the flusher to write the cache back", 120)
+            cache.flushdb()
+
         def read(path: str, headers: dict[str, str]) -> Callable[[], int]:
             return lambda: drain(s.get(f"{stack.url}/v1/{path}/{prefix}/{box}", headers=headers, stream=True,
                                        timeout=600))
@@ -119,7 +146,11 @@ def measure(rounds: int) -> dict[str, Any]:
             "read, hot cache (raw)": (nothing, read("cutout", raw)),  # the page-in above left it cached
             "read, hot cache (blosc)": (nothing, read("cutout", {"Accept": "application/blosc"})),
             "read, straight from the base tier (raw)": (nothing, read("direct/cutout", raw)),
+            "write through the cache tier, not aligned (raw body)": (empty_cache, lambda: write_shifted("cutout")),
+            "write straight to the base tier, not aligned (raw body)": (empty_cache,
+                                                                        lambda: write_shifted("direct/cutout")),
             "write through the cache tier (raw body)": (nothing, lambda: write("cutout")),
+            "write through the cache tier (blosc body)": (nothing, write_packed),
         }
         for name, (before, call) in cases.items():
             grown, sizes = [], []
@@ -135,7 +166,7 @@ def measure(rounds: int) -> dict[str, Any]:
     return record
 
 
-HEADER = ["request (the largest allowed)", "answer or body, MiB", "worker peak RSS growth, MiB",
+HEADER = ["request (the largest allowed)", "answer (a read) or box (a write), MiB", "worker peak RSS growth, MiB",
           "÷ the answer", "bound, MiB: 2 x answer + 2 x window + glibc's 320", "verdict"]
 
 
@@ -161,11 +192,14 @@ of the largest allowed size (NDSTORE_MAX_CUTOUT_BYTES of uint8 random voxels, wh
 compress), read by the client in 8 MiB pieces. A read holds its array and its encoded answer,
 plus at most two read windows of fetched blobs (NDSTORE_READ_WINDOW_BYTES); before the window
 (stop 31), every fetched blob was held until the whole box was decoded: 3-3.5 x the answer. A
-write holds the body, its decoded array and the new cuboids (the budget reserves 4 x: see
-docs/design/serving.md). The paged-in read empties the cache Redis before each round. The bound's
-constant: two read windows + what glibc keeps of freed memory (MALLOC_TRIM_THRESHOLD_ +
-MALLOC_TOP_PAD_ as `ndstore up` sets them, 320 MiB): the I/O threads fetch blobs in turn and each
-keeps the memory of its last one in its own arena.
+write holds the body, its decoded array and the new cuboids (the budget reserves 4 x its box:
+see docs/design/serving.md); its ratio is to its box's raw bytes (the blosc body is ~40% of
+them; the writes that are not aligned start 8 voxels in on every axis, so the supercuboids at
+the low edges are read first). The paged-in read and the unaligned writes start from an empty
+cache (after the flusher wrote it back). The bound's constant: two read windows + what glibc
+keeps of freed memory (MALLOC_TRIM_THRESHOLD_ + MALLOC_TOP_PAD_ as `ndstore up` sets them,
+320 MiB): the I/O threads fetch blobs in turn and each keeps the memory of its last one in its
+own arena.
 """
 
 

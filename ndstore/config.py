@@ -65,7 +65,8 @@ class Config:
     cache_high_bytes: int = _env("NDSTORE_CACHE_HIGH_BYTES", 4 * GiB, int)
     cache_low_bytes: int = _env("NDSTORE_CACHE_LOW_BYTES", 3 * GiB, int)
     io_parallelism: int = _env("NDSTORE_IO_PARALLELISM", 16, int)
-    # raw bytes of supercuboids a large read fetches and decodes at once (engine/base_tier.py)
+    # raw bytes of supercuboids a large read fetches and decodes, or a base-tier write stores, at once
+    # (engine/base_tier.py)
     read_window_bytes: int = _env("NDSTORE_READ_WINDOW_BYTES", 64 * 1024 * 1024, int)
     max_body_bytes: int = _env("NDSTORE_MAX_BODY_BYTES", GiB, int)
     max_cutout_bytes: int = _env("NDSTORE_MAX_CUTOUT_BYTES", GiB, int)

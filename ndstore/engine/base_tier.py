@@ -29,7 +29,7 @@ from ndstore.core.chunks import decode_supercuboid_region, encode_supercuboid
 from ndstore.core.errors import InvalidBody
 from ndstore.core.geometry import Box, Grid
 from ndstore.core.keys import SupercuboidKey
-from ndstore.core.parallel import run_all
+from ndstore.core.parallel import map_completed
 from ndstore.core.plan import PlannedPart
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.storage.interfaces import ExclusiveLocks, ObjectStore, SupercuboidIndex
@@ -87,10 +87,16 @@ class BaseTier:
             self.write_locked(cutout, data)
 
     def write_locked(self, cutout: Cutout, data: Array) -> None:
-        """`write` for a caller that already holds the write locks of every touched supercuboid."""
+        """`write` for a caller that already holds the write locks of every touched supercuboid.
+        A window of supercuboids is written at once: a partly covered one holds its whole array,
+        its stored object and its new one, so a thin box over many supercuboids would otherwise
+        hold many times its own size."""
         plan = cutout.plan()
-        run_all(self._pool, lambda p: self._write_one(p, plan.grid, data[p.time_index][p.part.in_box(cutout.box)]),
-                plan.parts)
+        window = read_window(plan.grid, data.dtype, self.read_window_bytes)
+        for _ in map_completed(self._pool, lambda p: self._write_one(p, plan.grid,
+                                                                      data[p.time_index][p.part.in_box(cutout.box)]),
+                               plan.parts, window):
+            pass
 
     def _write_one(self, planned: PlannedPart, grid: Grid, src: Array) -> None:
         if planned.part.full:

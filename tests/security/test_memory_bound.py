@@ -123,7 +123,8 @@ def test_one_largest_read_holds_about_twice_its_response(stack: LocalStack) -> N
     """A 64 MiB read (of data that does not compress), paged in from the base tier, from the
     cache and straight from the base tier: its worker's peak RSS grows by at most 2 x the
     response + 2 x the read window + 16 MiB. Before the window, the same reads grew it by
-    193-225 MiB (3-3.5 x: every fetched blob was held until the whole box was decoded)."""
+    193-225 MiB (3-3.5 x: every fetched blob was held until the whole box was decoded). Then a
+    thin write over partly covered supercuboids stays within what the budget reserves for it."""
     s = admin_session(stack.data_dir)
     public_dataset(s, stack.url, "one", (1024, 1024, 64), {"img": {"datatype": "uint8"}})
     box = "0:1024/0:1024/0:64/"
@@ -140,3 +141,16 @@ def test_one_largest_read_holds_about_twice_its_response(stack: LocalStack) -> N
         assert r.status_code == 200 and r.content == data.tobytes()
         grown = _peak_rss(worker) - start
         assert grown <= bound, f"{tier}: peak RSS grew {grown >> 20} MiB, bound {bound >> 20} MiB"
+
+    # A thin box over partly covered supercuboids: each is read whole, merged and stored again,
+    # a window of them at once. Before the window, a direct write held all four: 176 MiB here
+    # (a 64 MiB slab over 16 supercuboids of a larger frame: 777 MiB, 12 x its box).
+    thin = data[8:24].tobytes()
+    bound = 4 * len(thin) + 2 * WINDOW + 16 * MiB  # what the budget reserves for it, and a window
+    for tier in ("direct/cutout", "cutout"):
+        worker = _fresh_worker(stack, warm_up, s)
+        start = _rss(worker)
+        assert s.post(f"{stack.url}/v1/{tier}/one/e/img/0/0:1024/0:1024/8:24/", data=thin, timeout=120,
+                      headers={"Content-Type": "application/octet-stream"}).status_code == 201
+        grown = _peak_rss(worker) - start
+        assert grown <= bound, f"thin write, {tier}: peak RSS grew {grown >> 20} MiB, bound {bound >> 20} MiB"
