@@ -36,14 +36,17 @@ class Answer:
     status: int
     content_type: str
     body: bytes
+    read_when_answered: int = 0  # bytes of a CountingBody read when the status was set
 
     def json(self) -> Any:
         return json.loads(self.body)
 
 
 def wsgi(method: str, path: str, body: CountingBody | bytes = b"", token: str | None = None,
-         content_type: str = "application/json", query: str = "", extra: dict[str, str] | None = None) -> Answer:
-    """One request through the whole Django stack (every middleware), as gunicorn hands it over."""
+         content_type: str = "application/json", query: str = "", extra: dict[str, str] | None = None,
+         app: Any = None) -> Answer:
+    """One request through the whole Django stack (every middleware), as gunicorn hands it over;
+    ``app``: the WSGI application to call (Django's handler by default)."""
     from django.core.handlers.wsgi import WSGIHandler
 
     stream = body if isinstance(body, CountingBody) else io.BytesIO(body)
@@ -59,12 +62,13 @@ def wsgi(method: str, path: str, body: CountingBody | bytes = b"", token: str | 
     started: dict[str, Any] = {}
 
     def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
-        started.update(status=int(status.split()[0]), headers=dict(headers))
+        started.update(status=int(status.split()[0]), headers=dict(headers),
+                       read=body.read_bytes if isinstance(body, CountingBody) else 0)
 
-    chunks = WSGIHandler()(environ, start_response)
+    chunks = (app or WSGIHandler())(environ, start_response)
     data = b"".join(chunks)
     getattr(chunks, "close", lambda: None)()
-    return Answer(started["status"], started["headers"].get("Content-Type", ""), data)
+    return Answer(started["status"], started["headers"].get("Content-Type", ""), data, started["read"])
 
 
 def token_for(username: str, **flags: Any) -> tuple[Any, str]:
