@@ -52,6 +52,7 @@ def map_ordered(pool: ThreadPoolExecutor, fn: Callable[[K], V], keys: Iterable[K
     return [fn(keys[0])] if len(keys) == 1 else list(pool.map(fn, keys))
 
 
-def run_all(pool: ThreadPoolExecutor, fn: Callable[[K], object], keys: Iterable[K]) -> None:
-    for _ in map_completed(pool, fn, keys):
+def run_all(pool: ThreadPoolExecutor, fn: Callable[[K], object], keys: Iterable[K], window: int | None = None) -> None:
+    """``fn`` over every key, at most ``window`` at once (see map_completed)."""
+    for _ in map_completed(pool, fn, keys, window):
         pass

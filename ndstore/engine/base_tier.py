@@ -29,18 +29,13 @@ from ndstore.core.chunks import decode_supercuboid_region, encode_supercuboid
 from ndstore.core.errors import InvalidBody
 from ndstore.core.geometry import Box, Grid
 from ndstore.core.keys import SupercuboidKey
-from ndstore.core.parallel import map_completed
+from ndstore.core.parallel import run_all
 from ndstore.core.plan import PlannedPart
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.storage.interfaces import ExclusiveLocks, ObjectStore, SupercuboidIndex
 
 Array = npt.NDArray[Any]
 READ_WINDOW_BYTES = 64 << 20
-
-
-def read_window(grid: Grid, dtype: np.dtype, window_bytes: int) -> int:
-    """How many supercuboids of ``grid`` make ``window_bytes`` of raw voxels (at least one)."""
-    return max(1, window_bytes // (int(np.prod(grid.supercuboid)) * dtype.itemsize))
 
 
 class BaseTier:
@@ -55,12 +50,17 @@ class BaseTier:
         # waits on it can never starve it.
         self._codec = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="codec")
 
+    def window(self, grid: Grid, dtype: np.dtype) -> int:
+        """How many supercuboids of ``grid`` make the read window's raw bytes (at least one):
+        what a large read or write holds at once."""
+        return max(1, self.read_window_bytes // (int(np.prod(grid.supercuboid)) * dtype.itemsize))
+
     def read(self, cutout: Cutout) -> Array:
         """The cutout as a (t, z, y, x) array; regions with nothing stored are zeros."""
         plan = cutout.plan()
         out = np.empty(cutout.shape, cutout.channel.dtype)  # every voxel is written below, once
         by_key = {p.key.object_key: p for p in plan.parts}
-        window = read_window(plan.grid, out.dtype, self.read_window_bytes)
+        window = self.window(plan.grid, out.dtype)
         decodes: deque[Future[None]] = deque()
         for object_key, blob in self.objects.get_many(list(by_key), window):
             planned = by_key[object_key]
@@ -92,11 +92,8 @@ class BaseTier:
         its stored object and its new one, so a thin box over many supercuboids would otherwise
         hold many times its own size."""
         plan = cutout.plan()
-        window = read_window(plan.grid, data.dtype, self.read_window_bytes)
-        for _ in map_completed(self._pool, lambda p: self._write_one(p, plan.grid,
-                                                                      data[p.time_index][p.part.in_box(cutout.box)]),
-                               plan.parts, window):
-            pass
+        run_all(self._pool, lambda p: self._write_one(p, plan.grid, data[p.time_index][p.part.in_box(cutout.box)]),
+                plan.parts, self.window(plan.grid, data.dtype))
 
     def _write_one(self, planned: PlannedPart, grid: Grid, src: Array) -> None:
         if planned.part.full:

@@ -57,7 +57,7 @@ from ndstore.core.keys import SupercuboidKey
 from ndstore.core.observe import NULL, Observer
 from ndstore.core.parallel import map_ordered, run_all
 from ndstore.core.plan import Plan, PlannedPart
-from ndstore.engine.base_tier import BaseTier, read_window
+from ndstore.engine.base_tier import BaseTier
 from ndstore.engine.ledger import NAMES_IN_MESSAGES, LedgerBook, LedgerKeeper, Verdict
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.storage.interfaces import CuboidCache, ObjectStore, RWLocks
@@ -150,7 +150,7 @@ class CacheTier:
         """``keys`` in order, cut into batches of at most READ_BATCH supercuboids and at most a read
         window of wanted cuboids (at least one supercuboid each)."""
         per_super = int(np.prod(grid.cuboids_per_super))
-        room = read_window(grid, dtype, self._base.read_window_bytes) * per_super
+        room = self._base.window(grid, dtype) * per_super
         batch: list[SupercuboidKey] = []
         cuboids = 0
         for key in keys:
@@ -246,8 +246,7 @@ class CacheTier:
         count = int(np.prod(grid.cuboids_per_super))
         now = self._clock()
         fetched: dict[str, list[Blob]] = {}
-        window = read_window(grid, dtype, self._base.read_window_bytes)
-        for object_key, obj in self._base.objects.get_many(list(by_object), window):
+        for object_key, obj in self._base.objects.get_many(list(by_object), self._base.window(grid, dtype)):
             blobs: Sequence[Blob]
             if obj is None:
                 blobs = [b""] * count  # known all-zero: no further base-tier access for it
