@@ -1,13 +1,17 @@
 """Bytes in flight per web worker: no client, and no crowd of anonymous ones, can make a worker
 hold more memory than it may.
 
-A data request (cutout, ids, slice image, precomputed chunk) reserves what it will hold once it
-is authenticated and its box is validated, before it reads anything: a read 2 x its array (the
-array and its encoded answer) plus the blobs of the supercuboids it fetches and decodes at once
-(at most 2 x NDSTORE_READ_WINDOW_BYTES, and never more than its array), a write 4 x (the body as
-read, its decoded array, the merged and compressed cuboids, the commands that store them), as
-measured by RSS (docs/design/serving.md). A worker process has NDSTORE_WORKER_BYTES_IN_FLIGHT (default 4 x
-NDSTORE_MAX_CUTOUT_BYTES: room for the largest write); anonymous requests share
+A data request (cutout, ids, slice image, precomputed or zarr chunk) reserves what it will hold
+once it is authenticated and its box is validated, before it reads anything: its array (a read
+2 x: the array and its encoded answer; a write 4 x: the body as read, its decoded array, the
+merged and compressed cuboids, the commands that store them) plus the supercuboids it holds whole
+at once, counted at their raw size (what an incompressible stored object is). A read fetches and
+decodes at most two read windows of stored objects (NDSTORE_READ_WINDOW_BYTES, at least one
+supercuboid each) and never more than it touches; a write stores a window of supercuboids at once,
+each a partly covered one read whole, its stored object and its new one (3 x). So a thin box over
+many supercuboids costs what it holds, not what its array is (docs/design/serving.md section 10).
+A worker process has NDSTORE_WORKER_BYTES_IN_FLIGHT (default: room for the largest write,
+4 x NDSTORE_MAX_CUTOUT_BYTES + 3 read windows); anonymous requests share
 NDSTORE_ANON_BYTES_IN_FLIGHT of it (512 MiB), which is also the most one of them may cost.
 Beyond its budget a request is refused at once with 503 and Retry-After (another worker or a
 moment later may have room); a request that could never fit is 413. The reservation ends when
@@ -18,14 +22,20 @@ the request's own thread when it closes the response).
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.signals import request_finished, request_started
 
 from ndstore.core.errors import Busy, PayloadTooLarge
+from ndstore.core.geometry import CUBOID_BYTES, CUBOIDS_PER_SUPERCUBOID
 from ndstore.wiring import services
 
-READ_FACTOR, WRITE_FACTOR = 2, 4  # bytes held per byte of the request's array (a read: plus its window)
+if TYPE_CHECKING:
+    from ndstore.engine.volume import Cutout
+
+READ_FACTOR, WRITE_FACTOR = 2, 4  # bytes held per byte of the request's array
+READ_WINDOWS, WRITE_BLOBS = 2, 3  # a read: windows of objects; a write: a window, 3 x each supercuboid
+SUPERCUBOID_BYTES = CUBOID_BYTES * CUBOIDS_PER_SUPERCUBOID[0] * CUBOIDS_PER_SUPERCUBOID[1] * CUBOIDS_PER_SUPERCUBOID[2]
 
 
 class ByteBudget:
@@ -40,8 +50,8 @@ class ByteBudget:
             who = "an anonymous request" if anonymous else "a request"
             hint = "; send a token, or ask for a smaller box" if anonymous else "; ask for a smaller box"
             raise PayloadTooLarge(f"{who} may hold at most {limit} bytes in a web worker and this one needs {cost} "
-                                  f"(a read holds {READ_FACTOR} x its array and a window of blobs, "
-                                  f"a write {WRITE_FACTOR} x){hint}")
+                                  f"(a read holds {READ_FACTOR} x its array, a write {WRITE_FACTOR} x, "
+                                  f"each plus the supercuboids it holds whole at once){hint}")
         with self._guard:
             if self._held + cost > self.total or (anonymous and self._held_anonymous + cost > self.anonymous):
                 share = f"; anonymous: {self._held_anonymous} of {self.anonymous}" if anonymous else ""
@@ -73,25 +83,37 @@ def worker_budget() -> ByteBudget:
         with _budget_guard:
             if _budget is None:
                 config = services().config
-                total = config.worker_bytes_in_flight or WRITE_FACTOR * config.max_cutout_bytes
+                largest_write = (WRITE_FACTOR * config.max_cutout_bytes
+                                 + WRITE_BLOBS * max(config.read_window_bytes, SUPERCUBOID_BYTES))
+                total = config.worker_bytes_in_flight or largest_write
                 _budget = ByteBudget(total, config.anon_bytes_in_flight)
     return _budget
 
 
-def reserve(request: Any, array_bytes: int) -> None:
-    """Reserve what this request will hold for an array of `array_bytes` (by its method: a read or
-    a write), until its response is closed; raises Busy (503) or PayloadTooLarge (413)."""
-    anonymous = not getattr(request, "user", None) or not request.user.is_authenticated
-    reading = request.method in ("GET", "HEAD")
+def cost(reading: bool, array_bytes: int, cutout: Cutout | None, window_bytes: int) -> int:
+    """What a read (or write) of an array of `array_bytes` over `cutout`'s supercuboids holds
+    with a read window of `window_bytes` (cutout None: no supercuboids, e.g. what a request holds
+    besides a read it has reserved already)."""
+    if cutout is None:
+        return (READ_FACTOR if reading else WRITE_FACTOR) * array_bytes
+    whole = cutout.supercuboid_bytes
+    window = max(1, window_bytes // whole)  # supercuboids, as BaseTier.window counts them
     if reading:
-        cost = READ_FACTOR * array_bytes + min(array_bytes, 2 * services().config.read_window_bytes)
-    else:
-        cost = WRITE_FACTOR * array_bytes
-    worker_budget().take(cost, anonymous)
+        return READ_FACTOR * array_bytes + min(cutout.supercuboids, READ_WINDOWS * window) * whole
+    return WRITE_FACTOR * array_bytes + WRITE_BLOBS * min(cutout.supercuboids, window) * whole
+
+
+def reserve(request: Any, array_bytes: int, cutout: Cutout | None) -> None:
+    """Reserve what this request will hold for an array of `array_bytes` over `cutout`'s
+    supercuboids (by its method: a read or a write), until its response is closed; raises Busy
+    (503) or PayloadTooLarge (413)."""
+    anonymous = not getattr(request, "user", None) or not request.user.is_authenticated
+    needed = cost(request.method in ("GET", "HEAD"), array_bytes, cutout, services().config.read_window_bytes)
+    worker_budget().take(needed, anonymous)
     held = getattr(_requests, "held", None)
     if held is None:
         held = _requests.held = []
-    held.append((cost, anonymous))
+    held.append((needed, anonymous))
 
 
 def release(**_: Any) -> None:

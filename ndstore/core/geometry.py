@@ -93,6 +93,11 @@ class Grid:
         hi = tuple(-(-b // s) for b, s in zip(box.hi, shape))
         return lo, hi  # type: ignore[return-value]
 
+    def count_touched(self, box: Box) -> int:
+        """How many supercuboids ``box`` touches (without planning them)."""
+        lo, hi = self.index_range(box)
+        return (hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2])
+
 
 def cuboid_shape(method: HierarchyMethod, itemsize: int) -> XYZ:
     """A cuboid of CUBOID_BYTES for voxels of 1, 2, 4 or 8 bytes. Anisotropic cuboids give up z

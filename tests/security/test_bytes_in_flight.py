@@ -12,19 +12,44 @@ from rest_framework.test import APIClient
 
 from ndstore.api import budget
 from ndstore.core.errors import Busy, PayloadTooLarge
+from ndstore.core.geometry import Box
+from ndstore.engine.volume import ChannelVolume, Cutout
 from tests.api.conftest import Dataset, make_dataset
 from tests.security.conftest import CountingBody, token_for, wsgi
 
 MiB = 1 << 20
-BOX = "0:512/0:512/0:4/"  # 1 MiB of uint8: a read of it costs 3 MiB of the budget, a write 4
+SUPERCUBOID = 16 * MiB  # the whole 512x512x16 frame lies in one supercuboid (512x512x64 for uint8)
+BOX = "0:512/0:512/0:4/"  # 1 MiB of uint8 in that supercuboid: costs READ_BOX of the budget, a write WRITE_BOX
+READ_BOX = 2 * MiB + SUPERCUBOID  # the array, its answer and the supercuboid's stored object
+WRITE_BOX = 4 * MiB + 3 * SUPERCUBOID  # ... and the supercuboid read whole, its stored object and its new one
+TOTAL, ANONYMOUS = 64 * MiB, READ_BOX + MiB
 
 
 @pytest.fixture
 def small_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[budget.ByteBudget]:
-    small = budget.ByteBudget(total=8 * MiB, anonymous=3 * MiB)
+    small = budget.ByteBudget(total=TOTAL, anonymous=ANONYMOUS)
     monkeypatch.setattr(budget, "_budget", small)
     yield small
     assert small.held == 0, "a finished request kept its reservation"
+
+
+def test_a_thin_box_costs_the_supercuboids_it_holds_whole() -> None:
+    """Its array is small, but each supercuboid it touches is fetched (and for a write, read
+    whole and stored again): before, a 64 MiB slab over 16 supercuboids reserved 256 MiB and a
+    fresh worker grew by 395 MiB writing it straight to the base tier."""
+    frame = Box((0, 0, 0), (2048, 2048, 64))  # 4 x 4 supercuboids of 512x512x64 uint8
+    chan = ChannelVolume(1, 1, 1, np.dtype("uint8"), frame, 1, "anisotropic", 1)
+    window_bytes = 64 * MiB  # the default: four supercuboids
+    window = 4
+    slab = Cutout(chan, 0, Box((0, 0, 8), (2048, 2048, 24)), range(1))  # 64 MiB
+    assert slab.supercuboids == 16
+    assert budget.cost(False, slab.nbytes, slab, window_bytes) == 4 * slab.nbytes + 3 * window * SUPERCUBOID
+    assert budget.cost(True, slab.nbytes, slab, window_bytes) == 2 * slab.nbytes + 2 * window * SUPERCUBOID
+    plane = Cutout(chan, 0, Box((0, 0, 3), (2048, 2048, 4)), range(1))  # 4 MiB, one voxel deep
+    assert budget.cost(True, plane.nbytes, plane, window_bytes) == 2 * plane.nbytes + 8 * SUPERCUBOID  # was 3 x 4 MiB
+    voxel = Cutout(chan, 0, Box((5, 5, 5), (6, 6, 6)), range(1))
+    assert budget.cost(True, 1, voxel, window_bytes) == 2 + SUPERCUBOID
+    assert budget.cost(True, 1, None, window_bytes) == 2  # no supercuboids: what a request holds besides its read
 
 
 @pytest.fixture
@@ -54,14 +79,14 @@ def test_the_budget_counts_what_is_held_and_refuses_beyond_it() -> None:
 
 def test_an_anonymous_read_over_its_share_is_413_and_a_token_gets_it(small_budget: budget.ByteBudget,
                                                                       public: Dataset, admin: APIClient) -> None:
-    url = "/v1/cutout/pub/e1/img8/0/0:512/0:512/0:8/"  # 2 MiB: 6 MiB of budget, over the anonymous 3
+    url = "/v1/cutout/pub/e1/img8/0/0:512/0:512/0:8/"  # 2 MiB: READ_BOX + 2 MiB of budget, over the anonymous share
     refused = APIClient().get(url, HTTP_ACCEPT="application/octet-stream")
     assert refused.status_code == 413 and "anonymous" in refused.json()["message"]
     assert "token" in refused.json()["message"]
     ok = admin.get(url, HTTP_ACCEPT="application/octet-stream")
     assert ok.status_code == 200 and len(ok.content) == 2 * MiB
     small = APIClient().get(f"/v1/cutout/pub/e1/img8/0/{BOX}", HTTP_ACCEPT="application/octet-stream")
-    assert small.status_code == 200  # 3 MiB of budget: within the anonymous share
+    assert small.status_code == 200  # READ_BOX: within the anonymous share
 
 
 @pytest.mark.parametrize("anonymous", [True, False])
@@ -70,7 +95,7 @@ def test_a_read_while_the_worker_is_full_is_503_with_retry_after(small_budget: b
     """Other requests in flight hold the budget: the read is refused at once, not queued."""
     client = APIClient() if anonymous else admin
     url = f"/v1/cutout/pub/e1/img8/0/{BOX}"
-    held = (2 if anonymous else 7) * MiB
+    held = (ANONYMOUS if anonymous else TOTAL) - READ_BOX + 1
     small_budget.take(held, anonymous)
     try:
         busy = client.get(url, HTTP_ACCEPT="application/octet-stream")
@@ -84,14 +109,15 @@ def test_a_read_while_the_worker_is_full_is_503_with_retry_after(small_budget: b
 def test_a_write_refused_for_the_budget_reads_no_body_and_changes_nothing(small_budget: budget.ByteBudget,
                                                                           public: Dataset, admin: APIClient) -> None:
     _, token = token_for("writer", is_superuser=True)
-    small_budget.take(7 * MiB, False)
+    held = TOTAL - WRITE_BOX + 1
+    small_budget.take(held, False)
     try:
         body = CountingBody(1 * MiB)
         answer = wsgi("POST", f"/v1/cutout/pub/e1/img8/0/{BOX}", body, token=token,
                       content_type="application/octet-stream")
         assert answer.status == 503 and body.read_bytes == 0
     finally:
-        small_budget.give(7 * MiB, False)
+        small_budget.give(held, False)
     got = admin.get(f"/v1/cutout/pub/e1/img8/0/{BOX}", HTTP_ACCEPT="application/octet-stream")
     assert not np.frombuffer(got.content, np.uint8).any()
 
@@ -100,9 +126,9 @@ def test_a_write_refused_for_the_budget_reads_no_body_and_changes_nothing(small_
                                   "/precomputed/pub/e1/img8/0/0-512_0-512_0-4"])
 def test_slices_and_precomputed_chunks_take_their_share_too(small_budget: budget.ByteBudget, public: Dataset,
                                                             path: str, admin: Any) -> None:
-    small_budget.take(8 * MiB, False)
+    small_budget.take(TOTAL, False)
     try:
         assert APIClient().get(path).status_code == 503
     finally:
-        small_budget.give(8 * MiB, False)
+        small_budget.give(TOTAL, False)
     assert APIClient().get(path).status_code == 200

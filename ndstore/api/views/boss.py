@@ -96,7 +96,7 @@ class IdsView(CutoutView):
     def get(self, request: Any, **kw: Any) -> HttpResponse:
         chan = self._resolve(request, auth.READ, kw)
         _require_annotation(chan, "ids")
-        budget.reserve(request, self.cutout.nbytes // 2)  # np.unique's sorted copy and the JSON text
+        budget.reserve(request, self.cutout.nbytes // 2, None)  # np.unique's sorted copy and the JSON text
         data = services().tier(self.tier, "cache").read(self.cutout)
         ids = np.unique(data.reshape(-1))
         del data

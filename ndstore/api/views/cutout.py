@@ -89,7 +89,7 @@ class CutoutView(JSONErrors, APIView):
         self.cutout = make_cutout(
             lookups.channel_volume(chan), kw["resolution"], box, times, services().config.max_cutout_bytes
         )
-        budget.reserve(request, self.cutout.nbytes)
+        budget.reserve(request, self.cutout.nbytes, self.cutout)
         return chan
 
     @read_schema("Through the cache tier.",

@@ -71,7 +71,7 @@ class SliceImageView(JSONErrors, APIView):
         cutout = make_cutout(lookups.channel_volume(chan), kw["resolution"],
                              Box.from_ranges(ranges["x"], ranges["y"], ranges["z"]), range(t, t + 1),
                              services().config.max_cutout_bytes)
-        budget.reserve(request, cutout.nbytes)
+        budget.reserve(request, cutout.nbytes, cutout)
         file_format = request.accepted_renderer.format
         window = request.query_params.get("window")
         quality = _quality(request.query_params.get("quality", "85"))

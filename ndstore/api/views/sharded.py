@@ -32,8 +32,7 @@ from ndstore.api.views.precomputed import (
 )
 from ndstore.core import precomputed, sharded
 from ndstore.core.errors import NotFound
-from ndstore.core.geometry import Box
-from ndstore.engine.volume import ChannelVolume, make_cutout
+from ndstore.engine.volume import ChannelVolume, Cutout, make_cutout
 from ndstore.wiring import services
 
 
@@ -99,30 +98,37 @@ class ShardView(PrecomputedView):
         return response
 
 
+def _most_supercuboids(cutouts: list[Cutout]) -> Cutout | None:
+    """Of chunks read one after another, the one that holds the most supercuboids at once."""
+    return max(cutouts, key=lambda c: c.supercuboids, default=None)
+
+
 def _encoded_shard(request: Any, volume: ChannelVolume, level: int, t: int, shards: sharded.LevelShards,
                    number: int) -> bytes:
     """A whole shard of encoded chunks (compressed_segmentation): every chunk read and encoded."""
-    boxes = [box for _, box in shards.chunks(number)]
-    budget.reserve(request, 2 * sum(box.nvoxels for box in boxes) * volume.dtype.itemsize)
     limit = services().config.max_cutout_bytes
-    chunks = [precomputed.encode_chunk(live_read(make_cutout(volume, level, box, range(t, t + 1), limit))[0],
-                                       precomputed.COMPRESSED_SEGMENTATION) for box in boxes]
+    cutouts = [make_cutout(volume, level, box, range(t, t + 1), limit) for _, box in shards.chunks(number)]
+    budget.reserve(request, 2 * sum(c.nbytes for c in cutouts), _most_supercuboids(cutouts))
+    chunks = [precomputed.encode_chunk(live_read(c)[0], precomputed.COMPRESSED_SEGMENTATION) for c in cutouts]
     head = sharded.shard_layout(shards, number, [len(c) for c in chunks])[0].header
     return b"".join([head or b"", *chunks])
 
 
 def _read(request: Any, volume: ChannelVolume, level: int, t: int, pieces: list[sharded.Piece], first: int,
           last: int) -> bytes:
-    parts = list(sharded.overlapping(pieces, first, last))
-    budget.reserve(request, 2 * sum(piece.size for piece, _, _ in parts if piece.box is not None))
+    limit = services().config.max_cutout_bytes
+    parts = [(piece, lo, hi, None if piece.header is not None
+              else make_cutout(volume, level, piece.box, range(t, t + 1), limit))  # type: ignore[arg-type]
+             for piece, lo, hi in sharded.overlapping(pieces, first, last)]
+    read = [cutout for *_, cutout in parts if cutout is not None]
+    budget.reserve(request, 2 * sum(piece.size for piece, *_, cutout in parts if cutout is not None),
+                   _most_supercuboids(read))
     out = []
-    for piece, lo, hi in parts:
-        if piece.header is not None:
-            out.append(piece.header[lo:hi])
+    for piece, lo, hi, cutout in parts:
+        if cutout is None:
+            out.append(piece.header[lo:hi])  # type: ignore[index]
         else:
-            box: Box = piece.box  # type: ignore[assignment]
-            data = live_read(make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes))[0]
-            out.append(precomputed.encode_chunk(data, precomputed.RAW)[lo:hi])
+            out.append(precomputed.encode_chunk(live_read(cutout)[0], precomputed.RAW)[lo:hi])
     return b"".join(out)
 
 

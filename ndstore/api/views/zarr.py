@@ -82,7 +82,8 @@ class ChunkView(PrecomputedView):
         index = (kw["t"], kw["z"], kw["y"], kw["x"])
         t, box, whole = zarr_view.chunk_box(volume, level, volume.num_time_samples, index)
         cutout = make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes)
-        budget.reserve(request, 2 * int(np.prod(whole)) * volume.dtype.itemsize)  # the read and the padded chunk
+        # the read and the padded chunk
+        budget.reserve(request, 2 * int(np.prod(whole)) * volume.dtype.itemsize, cutout)
         data = live_read(cutout)[0]
         if not data.any():
             raise NotFound(f"chunk c/{'/'.join(map(str, index))} holds only the fill value: every voxel is 0 "
