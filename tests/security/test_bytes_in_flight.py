@@ -132,3 +132,20 @@ def test_slices_and_precomputed_chunks_take_their_share_too(small_budget: budget
     finally:
         small_budget.give(TOTAL, False)
     assert APIClient().get(path).status_code == 200
+
+
+def test_an_ndblaze_write_reserves_its_body_and_no_supercuboids(small_budget: budget.ByteBudget, public: Dataset,
+                                                                 admin: APIClient) -> None:
+    """NDBlaze buffers the body as it came (the merger applies it elsewhere): 4 x its box, where
+    a cache write of the same box also reserves the supercuboid it merges into."""
+    held = TOTAL - WRITE_BOX + 1
+    body = np.ones((4, 512, 512), np.uint8).tobytes()
+    small_budget.take(held, False)
+    try:
+        cached = admin.post(f"/v1/cutout/pub/e1/img8/0/{BOX}", data=body, content_type="application/octet-stream")
+        assert cached.status_code == 503
+        buffered = admin.post(f"/v1/blaze/cutout/pub/e1/img8/0/{BOX}", data=body,
+                              content_type="application/octet-stream")
+        assert buffered.status_code == 201, buffered.content
+    finally:
+        small_budget.give(held, False)

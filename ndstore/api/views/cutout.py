@@ -66,6 +66,7 @@ def write_schema(summary: str, description: str, created: str, *codes: int) -> A
 
 class CutoutView(JSONErrors, APIView):
     tier = "cache"
+    writes_supercuboids = True  # a write merges into supercuboids (the budget counts them)
     parser_classes = ARRAY_PARSERS
     renderer_classes = ARRAY_RENDERERS
 
@@ -89,7 +90,8 @@ class CutoutView(JSONErrors, APIView):
         self.cutout = make_cutout(
             lookups.channel_volume(chan), kw["resolution"], box, times, services().config.max_cutout_bytes
         )
-        budget.reserve(request, self.cutout.nbytes, self.cutout)
+        reading = request.method in ("GET", "HEAD")
+        budget.reserve(request, self.cutout.nbytes, self.cutout if reading or self.writes_supercuboids else None)
         return chan
 
     @read_schema("Through the cache tier.",
@@ -140,6 +142,7 @@ class BlazeCutoutView(CutoutView):
 
     tier = "blaze"
     parser_classes = RAW_BODY_PARSERS
+    writes_supercuboids = False  # the body is buffered as it came; the merger applies it elsewhere
 
     @write_schema(
         "Buffer a write in NDBlaze",
