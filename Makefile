@@ -11,11 +11,18 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 run: system-deps venv neuroglancer
 	$(VENV)/bin/ndstore up --demo
 
+# The suite runs in TEST_WORKERS processes, a test file to each (most of its time is spent waiting
+# on the servers it starts); the schema fuzzer runs apart, in one process: under pytest-xdist
+# schemathesis collects its operations as one test each that runs no case.
+TEST_WORKERS ?= 2
+FUZZ_SCHEMA := tests/fuzz/test_openapi_fuzz.py
+
 test: system-deps browser deploy-tools venv neuroglancer
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --ignore=$(FUZZ_SCHEMA)
+	$(VENV)/bin/pytest -q $(FUZZ_SCHEMA)
 
 bench: system-deps venv
 	$(PY) -m benchmarks.bench_direct
