@@ -29,6 +29,12 @@ from schemathesis.specs.openapi.checks import content_type_conformance, response
 from ndstore.api.models import ApiToken, Channel, Collection, CoordinateFrame, Experiment
 from ndstore.core import wire
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # under pytest-xdist schemathesis collects one test per function that runs no case: a green
+    # that fuzzed nothing. `make test` runs this file apart, in one process.
+    raise RuntimeError("the schema fuzzer does not run under pytest-xdist (-n): run this file in one process, "
+                       "e.g. `pytest tests/fuzz/test_openapi_fuzz.py`")
+
 # Binary cutout bodies go on the wire as they were generated.
 schemathesis.serializer.alias([m for m in wire.FORMATS if m != "application/octet-stream"],
                               "application/octet-stream")
