@@ -38,6 +38,7 @@ RETAINED = int(MALLOC_TUNING["MALLOC_TRIM_THRESHOLD_"]) + int(MALLOC_TUNING["MAL
 BOX = (2048, 2048, 256)  # (x, y, z) uint8: the default NDSTORE_MAX_CUTOUT_BYTES, 1 GiB
 SHIFTED = Box((8, 8, 8), BOX)  # not aligned: every supercuboid at the low edges is partly covered
 THIN = Box((0, 0, 8), (BOX[0], BOX[1], 24))  # 64 MiB over 16 supercuboids, each partly covered
+PLANE = Box((0, 0, 8), (BOX[0], BOX[1], 9))  # 4 MiB, one voxel deep over 16 supercuboids
 
 
 def reserved(box: Box) -> int:
@@ -145,8 +146,8 @@ def measure(rounds: int) -> dict[str, Any]:
             wait_until(lambda: cache.zcard(DIRTY) == 0, "the flusher to write the cache back", 120)
             cache.flushdb()
 
-        def read(path: str, headers: dict[str, str]) -> Callable[[], int]:
-            return lambda: drain(s.get(f"{stack.url}/v1/{path}/{prefix}/{box}", headers=headers, stream=True,
+        def read(path: str, headers: dict[str, str], part: str = box) -> Callable[[], int]:
+            return lambda: drain(s.get(f"{stack.url}/v1/{path}/{prefix}/{part}", headers=headers, stream=True,
                                        timeout=600))
 
         def nothing() -> None:
@@ -159,6 +160,10 @@ def measure(rounds: int) -> dict[str, Any]:
             "read, hot cache (raw)": (nothing, read("cutout", raw)),  # the page-in above left it cached
             "read, hot cache (blosc)": (nothing, read("cutout", {"Accept": "application/blosc"})),
             "read, straight from the base tier (raw)": (nothing, read("direct/cutout", raw)),
+            "read of a thin plane (4 MiB, 1 voxel deep over 16 supercuboids), paged in (raw)": (
+                cache.flushdb, read("cutout", raw, f"{PLANE}/")),
+            "read of a thin plane (4 MiB, 1 voxel deep over 16 supercuboids), straight from the base tier (raw)": (
+                nothing, read("direct/cutout", raw, f"{PLANE}/")),
             "write through the cache tier, not aligned (raw body)": (empty_cache, write_part("cutout", SHIFTED)),
             "write straight to the base tier, not aligned (raw body)": (empty_cache,
                                                                         write_part("direct/cutout", SHIFTED)),
