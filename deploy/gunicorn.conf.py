@@ -24,3 +24,14 @@ wsgi_app = "ndstore.api.wsgi:application"
 # Several stacks (tests, benchmarks) may run side by side; a shared control socket in $HOME
 # would collide between them.
 control_socket_disable = True
+
+
+def post_worker_init(worker: object) -> None:
+    """Once the worker has loaded the app, move everything it loaded (Django, the engine, the
+    libraries: objects by the hundred thousand, living as long as the worker) out of the garbage
+    collector's sight, so its collections scan what requests made. Measured (docs/design/serving.md
+    section 12): small-read latency p50 ~5% lower; tails unchanged beyond this host's noise."""
+    import gc
+
+    del worker
+    gc.freeze()
