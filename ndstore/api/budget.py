@@ -96,11 +96,16 @@ def cost(reading: bool, array_bytes: int, cutout: Cutout | None, window_bytes: i
     besides a read it has reserved already)."""
     if cutout is None:
         return (READ_FACTOR if reading else WRITE_FACTOR) * array_bytes
-    whole = cutout.supercuboid_bytes
-    window = max(1, window_bytes // whole)  # supercuboids, as BaseTier.window counts them
+    grid, itemsize = cutout.channel.grid(cutout.resolution), cutout.channel.dtype.itemsize
+    whole, window = grid.supercuboid_bytes(itemsize), grid.window(window_bytes, itemsize)
     if reading:
         return READ_FACTOR * array_bytes + min(cutout.supercuboids, READ_WINDOWS * window) * whole
     return WRITE_FACTOR * array_bytes + WRITE_BLOBS * min(cutout.supercuboids, window) * whole
+
+
+def reads(request: Any) -> bool:
+    """Whether the request reads (and is budgeted as a read) or writes."""
+    return request.method in ("GET", "HEAD")
 
 
 def reserve(request: Any, array_bytes: int, cutout: Cutout | None) -> None:
@@ -108,7 +113,7 @@ def reserve(request: Any, array_bytes: int, cutout: Cutout | None) -> None:
     supercuboids (by its method: a read or a write), until its response is closed; raises Busy
     (503) or PayloadTooLarge (413)."""
     anonymous = not getattr(request, "user", None) or not request.user.is_authenticated
-    needed = cost(request.method in ("GET", "HEAD"), array_bytes, cutout, services().config.read_window_bytes)
+    needed = cost(reads(request), array_bytes, cutout, services().config.read_window_bytes)
     worker_budget().take(needed, anonymous)
     held = getattr(_requests, "held", None)
     if held is None:

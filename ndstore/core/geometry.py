@@ -93,6 +93,15 @@ class Grid:
         hi = tuple(-(-b // s) for b, s in zip(box.hi, shape))
         return lo, hi  # type: ignore[return-value]
 
+    def supercuboid_bytes(self, itemsize: int) -> int:
+        """Raw bytes of one supercuboid of ``itemsize``-byte voxels: what its stored object decodes to."""
+        return int(np.prod(self.supercuboid)) * itemsize
+
+    def window(self, window_bytes: int, itemsize: int) -> int:
+        """How many supercuboids make ``window_bytes`` of raw voxels (at least one): what a large
+        read or write holds at once."""
+        return max(1, window_bytes // self.supercuboid_bytes(itemsize))
+
     def count_touched(self, box: Box) -> int:
         """How many supercuboids ``box`` touches (without planning them)."""
         lo, hi = self.index_range(box)

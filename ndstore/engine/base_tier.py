@@ -53,7 +53,7 @@ class BaseTier:
     def window(self, grid: Grid, dtype: np.dtype) -> int:
         """How many supercuboids of ``grid`` make the read window's raw bytes (at least one):
         what a large read or write holds at once."""
-        return max(1, self.read_window_bytes // (int(np.prod(grid.supercuboid)) * dtype.itemsize))
+        return grid.window(self.read_window_bytes, dtype.itemsize)
 
     def read(self, cutout: Cutout) -> Array:
         """The cutout as a (t, z, y, x) array; regions with nothing stored are zeros."""

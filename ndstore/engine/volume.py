@@ -73,11 +73,6 @@ class Cutout:
         """How many supercuboids the cutout touches, over all its time samples."""
         return len(self.times) * self.channel.grid(self.resolution).count_touched(self.box)
 
-    @property
-    def supercuboid_bytes(self) -> int:
-        """Raw bytes of one of the channel's supercuboids: what its stored object decodes to."""
-        return int(np.prod(self.channel.grid(self.resolution).supercuboid)) * self.channel.dtype.itemsize
-
     def plan(self) -> Plan:
         """The supercuboids the cutout touches, per time sample, with the part of each; made
         once per cutout (a request asks for it in several places)."""

@@ -90,8 +90,8 @@ class CutoutView(JSONErrors, APIView):
         self.cutout = make_cutout(
             lookups.channel_volume(chan), kw["resolution"], box, times, services().config.max_cutout_bytes
         )
-        reading = request.method in ("GET", "HEAD")
-        budget.reserve(request, self.cutout.nbytes, self.cutout if reading or self.writes_supercuboids else None)
+        holds = budget.reads(request) or self.writes_supercuboids
+        budget.reserve(request, self.cutout.nbytes, self.cutout if holds else None)
         return chan
 
     @read_schema("Through the cache tier.",
