@@ -8,20 +8,17 @@ from typing import Any
 import numpy as np
 from rest_framework import parsers, renderers
 
-from ndstore.api.body_reader import read_declared_body
 from ndstore.core import wire
 from ndstore.core.errors import InvalidBody, PayloadTooLarge
 
 
-def read_capped_body(stream: Any, view: Any, request: Any) -> bytes | bytearray:
+def read_capped_body(stream: Any, view: Any, request: Any) -> bytes:
     """The whole request body, refused (413) past the view's max_body_bytes() and (400) empty."""
     limit = view.max_body_bytes()
     declared = int(request.META.get("CONTENT_LENGTH") or 0)
     if declared > limit:
         raise PayloadTooLarge(f"request body of {declared} bytes exceeds the {limit}-byte limit")
-    body = read_declared_body(request) if stream is not None else b""
-    if body is None:
-        body = stream.read(limit + 1)
+    body: bytes = stream.read(limit + 1) if stream is not None else b""
     if len(body) > limit:
         raise PayloadTooLarge(f"request body exceeds the {limit}-byte limit")
     if not body:

@@ -44,15 +44,13 @@ class Answer:
 
 def wsgi(method: str, path: str, body: CountingBody | bytes = b"", token: str | None = None,
          content_type: str = "application/json", query: str = "", extra: dict[str, str] | None = None,
-         app: Any = None, stream: Any = None, length: int | None = None) -> Answer:
+         app: Any = None) -> Answer:
     """One request through the whole Django stack (every middleware), as gunicorn hands it over;
-    ``app``: the WSGI application to call (Django's handler by default); ``stream`` and ``length``:
-    a wsgi.input of one's own (gunicorn's, say) and the Content-Length declared for it."""
+    ``app``: the WSGI application to call (Django's handler by default)."""
     from django.core.handlers.wsgi import WSGIHandler
 
-    if stream is None:
-        stream = body if isinstance(body, CountingBody) else io.BytesIO(body)
-        length = body.length if isinstance(body, CountingBody) else len(body)
+    stream = body if isinstance(body, CountingBody) else io.BytesIO(body)
+    length = body.length if isinstance(body, CountingBody) else len(body)
     environ = {"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query, "SCRIPT_NAME": "",
                "SERVER_NAME": "testserver", "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1",
                "REMOTE_ADDR": "127.0.0.1", "CONTENT_LENGTH": str(length), "CONTENT_TYPE": content_type,

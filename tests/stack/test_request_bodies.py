@@ -1,8 +1,7 @@
 """Request bodies through the real front and gunicorn (one worker thread, so every request rides
 the same kept-alive upstream connections): writes of every media type and of awkward sizes, one
-after another with a refused body between them, each read back voxel for voxel. The web worker
-receives a declared body straight into one buffer (ndstore/api/body_reader.py); a connection
-must come out of each request exactly at the next one."""
+after another with a refused body between them, each read back voxel for voxel. A connection
+must come out of each request -- answered or refused -- exactly at the next one."""
 
 from __future__ import annotations
 
