@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.http import Http404
+from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -60,9 +60,9 @@ class JSONErrors:
         return super().handle_exception(exc)  # type: ignore[misc, no-any-return]
 
 
-def _count(exc: Exception, code: int) -> None:
+def _count(kind: str, code: int) -> None:
     try:
-        services().metrics.count("errors_total", kind=type(exc).__name__, status=str(code))
+        services().metrics.count("errors_total", kind=kind, status=str(code))
     except Exception:  # noqa: BLE001 - no Redis to count in: the answer goes out anyway
         pass
 
@@ -70,7 +70,7 @@ def _count(exc: Exception, code: int) -> None:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     response = _handle(exc, context)
     if response is not None:
-        _count(exc, response.status_code)
+        _count(type(exc).__name__, response.status_code)
     return response
 
 
@@ -98,3 +98,14 @@ def _handle(exc: Exception, context: dict[str, Any]) -> Response | None:
                        f"{response.get('Retry-After', '1')} s, or authenticate with a token")
         response.data = {"status": response.status_code, "message": message}
     return response
+
+
+def server_error(request: HttpRequest) -> JsonResponse:
+    """What a failure nothing above expected answers (Django's handler500): JSON like every other
+    error, so a client parsing {"status", "message"} gets one, and naming nothing of the failure
+    itself (its traceback goes to the service's log through Django's `django.request` logger)."""
+    del request
+    _count("unexpected", 500)
+    return JsonResponse({"status": 500, "message": "internal server error: the service could not answer this "
+                                                   "request; its log has the details"}, status=500)
+

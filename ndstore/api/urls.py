@@ -51,6 +51,8 @@ def cutout_routes(prefix: str, view: type[cutout.CutoutView]) -> list:  # type: 
     ]
 
 
+handler500 = "ndstore.api.errors.server_error"  # JSON, like every other error
+
 urlpatterns = [
     path("v1/collection/", resources.CollectionList.as_view()),
     path("v1/collection/<name:name>/", resources.CollectionView.as_view()),
