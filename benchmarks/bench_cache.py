@@ -1,7 +1,8 @@
 """The cache tier through the HTTP service (the paper's Fig. 7 and 8 at this machine's scale):
 hot-cache read, cold-cache read and cache write of aligned 16 MiB regions vs client threads,
 and the latency of a hot 512x512x16 cutout, beside the ceilings of the same run (Redis HMGET and
-HSET of a supercuboid's 64 cuboids, loopback HTTP, blosc).
+HSET of a supercuboid's 64 cuboids, loopback HTTP, blosc, and DESIGN §8's prototype of the hot
+path -- plain WSGI + Redis + blosc -- reading and writing the same regions: benchmarks/prototype.py).
 
     python -m benchmarks.bench_cache [--quick]
 """
@@ -34,6 +35,8 @@ from benchmarks.common import (
     summary,
     write_results,
 )
+from benchmarks.prototype import memory_redis, prototype_server
+from benchmarks.prototype import store as prototype_store
 from ndstore.core.chunks import compress_cuboid, cuboid_boxes
 from ndstore.core.synthetic import em_like
 
@@ -41,6 +44,11 @@ from ndstore.core.synthetic import em_like
 def region(stack: Stack, prefix: str, i: int, path: str = "cutout") -> str:
     x0 = i * SC[0]
     return f"{stack.url}/v1/{path}/{prefix}/{x0}:{x0 + SC[0]}/0:{SC[1]}/0:{SC[2]}/"
+
+
+# Requests per client thread in one round of hot reads and of writes: one 16 MiB request per
+# thread made a round 50-100 ms long, and its rate swung with whichever request was slowest.
+REPS = 4
 
 
 def cache_rates(stack: Stack, prefix: str, bodies: list[bytes], threads: int, rounds: int) -> dict[str, Any]:
@@ -63,9 +71,45 @@ def cache_rates(stack: Stack, prefix: str, bodies: list[bytes], threads: int, ro
         cache.flushdb()
         cold.append(concurrent_rate(read, threads))
     read(0)
-    hot = [concurrent_rate(read, threads) for _ in range(rounds)]
-    write = [concurrent_rate(lambda i: post(i, "cutout"), threads) for _ in range(rounds)]
+    hot = [concurrent_rate(read, threads, REPS) for _ in range(rounds)]
+    write = [concurrent_rate(lambda i: post(i, "cutout"), threads, REPS) for _ in range(rounds)]
     return {"cold_read": summary(cold), "hot_read": summary(hot), "write": summary(write)}
+
+
+def prototype_rates(stack: Stack, memory_redis_url: str, volumes: list[np.ndarray], bodies: list[bytes],
+                    threads: int, rounds: int) -> dict[str, Any]:
+    """DESIGN §8's prototype (benchmarks/prototype.py) reading and writing the same regions as
+    the service, with the same client: into the stack's own Redis (the same appendfsync), and
+    writing once more into a Redis that keeps nothing on disk (what the goal's 800 MB/s write
+    ceiling cannot have paid)."""
+    from ndstore.storage import redis_client
+
+    def rates(redis_url: str, read_too: bool) -> dict[str, Any]:
+        client = redis_client.connect(redis_url)
+        for i in range(threads):
+            prototype_store(client, i, volumes[i])
+        try:
+            with prototype_server(redis_url) as proto:
+                sessions = [requests.Session() for _ in range(threads)]
+
+                def read(i: int) -> int:
+                    blosc.decompress(read_body(sessions[i], f"{proto.url}/{i}", {"Accept": "application/blosc"}))
+                    return REGION_BYTES
+
+                def post(i: int) -> int:
+                    sessions[i].post(f"{proto.url}/{i}", data=bodies[i],
+                                     headers={"Content-Type": "application/blosc"}).raise_for_status()
+                    return REGION_BYTES
+
+                out = {"write": summary([concurrent_rate(post, threads, REPS) for _ in range(rounds)])}
+                if read_too:
+                    out["hot_read"] = summary([concurrent_rate(read, threads, REPS) for _ in range(rounds)])
+                return out
+        finally:
+            client.delete(*(f"proto:{i}" for i in range(threads)))
+
+    same = rates(stack.redis_url, read_too=True)
+    return {**same, "write_no_aof": rates(memory_redis_url, read_too=False)["write"]}
 
 
 def redis_ceilings(url: str, volume: np.ndarray, rounds: int) -> dict[str, Any]:
@@ -184,11 +228,18 @@ def table(record: dict[str, Any]) -> list[list[str]]:
     redis_c, b, lat = record["redis"], record["blosc"], record["latency"]
     for threads, r in record["cache"].items():
         loop = record["loopback"][threads]["get"]["median"]
-        rows.append(["hot-cache read", str(threads), fmt(r["hot_read"]), _ratio(r["hot_read"], loop, "loopback GET")])
+        proto = record.get("prototype", {}).get(threads)
+        rows.append(["hot-cache read", str(threads), fmt(r["hot_read"]), _ratio(r["hot_read"], loop, "loopback GET")
+                     + (f"; {_ratio(r['hot_read'], proto['hot_read']['median'], 'the prototype')}" if proto else "")])
         rows.append(["cold-cache read", str(threads), fmt(r["cold_read"]),
                      _ratio(r["cold_read"], loop, "loopback GET")])
         rows.append(["cache write", str(threads), fmt(r["write"]),
-                     _ratio(r["write"], redis_c["hset"]["median"], "Redis HSET")])
+                     _ratio(r["write"], redis_c["hset"]["median"], "Redis HSET")
+                     + (f"; {_ratio(r['write'], proto['write']['median'], 'the prototype')}" if proto else "")])
+    for threads, p in record.get("prototype", {}).items():
+        rows.append(["ceiling: DESIGN §8 prototype (plain WSGI + Redis + blosc, no front), hot read / write "
+                     "(the stack's Redis, appendfsync always) / write into a Redis without AOF", str(threads),
+                     f"{fmt(p['hot_read'])} / {fmt(p['write'])} / {fmt(p['write_no_aof'])}", ""])
     for threads, r in record["loopback"].items():
         rows.append(["ceiling: loopback HTTP 16 MiB GET / POST", str(threads), f"{fmt(r['get'])} / {fmt(r['post'])}",
                      ""])
@@ -219,14 +270,18 @@ def main() -> None:
     record: dict[str, Any] = {"hardware": hardware(), "quick": args.quick, "rounds": rounds,
                               "blosc": blosc_rates(volumes[0], rounds), "cache": {},
                               "loopback": {t: loopback_rates(volumes[0].tobytes(), t, rounds) for t in thread_counts}}
-    with local_stack({"NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite"}) as stack:
+    with local_stack({"NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite"}) as stack, \
+            memory_redis() as memory_redis_url:
         prefix = create_dataset(stack, (SC[0] * max(thread_counts), SC[1], SC[2]))
         record["redis"] = redis_ceilings(stack.redis_url, volumes[0], rounds)
         for threads in thread_counts:
             record["cache"][threads] = cache_rates(stack, prefix, bodies, threads, rounds)
             r = record["cache"][threads]
-            print(f"x{threads}: hot {fmt(r['hot_read'])}, cold {fmt(r['cold_read'])}, write {fmt(r['write'])}",
-                  flush=True)
+            record.setdefault("prototype", {})[threads] = p = prototype_rates(stack, memory_redis_url, volumes, bodies,
+                                                                              threads, rounds)
+            print(f"x{threads}: hot {fmt(r['hot_read'])}, cold {fmt(r['cold_read'])}, write {fmt(r['write'])}; "
+                  f"prototype hot {fmt(p['hot_read'])}, write {fmt(p['write'])} ({fmt(p['write_no_aof'])} without "
+                  "AOF)", flush=True)
         record["latency"] = hot_latency(stack, prefix, 50 if args.quick else 200)
         record["tiny"] = tiny_requests(stack, prefix, rounds, 100 if args.quick else 300)
         record["small_writes"] = {t: small_writes(stack, prefix, t, rounds, 100 if args.quick else 300)

@@ -55,7 +55,14 @@ def rows(results: dict[str, Record]) -> list[list[str]]:
                 c, what = r["loopback"][threads]["get"]["median"], "loopback GET"
             else:
                 c, what = r["redis"]["hset"]["median"], "Redis HSET"
-            return fmt(value), f"{value['median'] / c:.2f} of {what} ({c:.0f})", _verdict(value["median"], goal)
+            ratios = f"{value['median'] / c:.2f} of {what} ({c:.0f})"
+            proto = r.get("prototype", {}).get(threads)
+            if proto is not None and kind in proto:
+                p = proto[kind]["median"]
+                ratios += f"; {value['median'] / p:.2f} of DESIGN §8's prototype in the same run ({p:.0f}"
+                ratios += (f"; {proto['write_no_aof']['median']:.0f} into a Redis without AOF)" if kind == "write"
+                           else ")")
+            return fmt(value), ratios, _verdict(value["median"], goal)
         return build
 
     row("hot-cache read, 2 client threads, MB/s", "≥ 650", "cache_tier", cache("hot_read", "2", "loopback", 650))
