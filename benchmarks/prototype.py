@@ -11,8 +11,10 @@ it leaves out is what the service adds around the same bytes: the front, Django 
 authentication, the budget, locks and residency, digests, the ETag, the request log. It writes
 into the Redis it is given, so with the stack's own Redis it pays the same `appendfsync`.
 
-    GET  /<i>  the supercuboid stored at proto:<i>, as application/blosc
-    POST /<i>  an application/blosc body of a 512x512x64 uint8 supercuboid, stored at proto:<i>
+    GET  /<i>       the supercuboid stored at proto:<i>, as application/blosc
+    GET  /<i>?cold  the same, first paged in: its object read from a file (as the file base tier
+                    keeps it), its cuboids stored at proto:<i>, then answered from them
+    POST /<i>       an application/blosc body of a 512x512x64 uint8 supercuboid, stored at proto:<i>
 """
 
 from __future__ import annotations
@@ -32,12 +34,19 @@ import redis
 
 from benchmarks.common import ServerProcess, _serving
 from ndstore.core import wire
-from ndstore.core.chunks import compress_cuboid, cuboid_boxes, decode_blobs_region
+from ndstore.core.chunks import (
+    compress_cuboid,
+    cuboid_boxes,
+    decode_blobs_region,
+    encode_supercuboid,
+    split_supercuboid,
+)
 from ndstore.core.geometry import Box, grid_for_level
 from ndstore.ops.localstack import MALLOC_TUNING, free_port, start_redis
 from ndstore.storage import redis_client
 
 REDIS_ENV = "PROTOTYPE_REDIS_URL"
+OBJECTS_ENV = "PROTOTYPE_OBJECTS_DIR"  # supercuboid objects for the cold reads: <dir>/<i>
 GRID = grid_for_level("anisotropic", 0, 1)  # the service's level-0 grid, as bench_direct and bench_cache use
 SHAPE = (GRID.supercuboid[2], GRID.supercuboid[1], GRID.supercuboid[0])  # z, y, x of one supercuboid
 BOXES = cuboid_boxes(GRID.cuboid, GRID.cuboids_per_super)
@@ -55,6 +64,11 @@ def store(client: redis.Redis, i: int, volume: np.ndarray) -> None:
     client.hset(f"proto:{i}", mapping={FIELDS[n]: compress_cuboid(volume[b.slices_zyx()]) for n, b in enumerate(BOXES)})
 
 
+def store_object(directory: Path, i: int, volume: np.ndarray) -> None:
+    """Supercuboid ``i`` as the file base tier keeps it (the engine's object format), for cold reads."""
+    (directory / str(i)).write_bytes(encode_supercuboid(volume, GRID.cuboid, GRID.cuboids_per_super) or b"")
+
+
 def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
     i = int(environ["PATH_INFO"].strip("/") or 0)
     if environ["REQUEST_METHOD"] == "POST":
@@ -62,7 +76,13 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[byt
         store(_redis(), i, BLOSC.decode(body, SHAPE, np.dtype(np.uint8)))
         start_response("201 Created", [("Content-Length", "0")])
         return [b""]
-    blobs: list[bytes] = _redis().hmget(f"proto:{i}", FIELDS)  # type: ignore[assignment]
+    blobs: list[bytes]
+    if environ.get("QUERY_STRING") == "cold":
+        _, _, _, views = split_supercuboid((Path(os.environ[OBJECTS_ENV]) / str(i)).read_bytes())
+        _redis().hset(f"proto:{i}", mapping=dict(zip(FIELDS, views)))  # the page-in
+        blobs = views  # type: ignore[assignment]
+    else:
+        blobs = _redis().hmget(f"proto:{i}", FIELDS)  # type: ignore[assignment]
     if any(b is None for b in blobs):
         start_response("404 Not Found", [("Content-Length", "0")])
         return [b""]
@@ -75,11 +95,11 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[byt
 
 
 @contextmanager
-def prototype_server(redis_url: str, workers: int = 2, threads: int = 4) -> Iterator[ServerProcess]:
+def prototype_server(redis_url: str, objects_dir: Path, workers: int = 2, threads: int = 4) -> Iterator[ServerProcess]:
     """`app` under gunicorn (gthread, ``workers`` x ``threads`` as the stack's web service) on a
     free 127.0.0.1 port; supercuboid 0 must be stored before (the readiness check reads it)."""
     port = free_port()
-    env = {**os.environ, **MALLOC_TUNING, REDIS_ENV: redis_url}
+    env = {**os.environ, **MALLOC_TUNING, REDIS_ENV: redis_url, OBJECTS_ENV: str(objects_dir)}
     proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers",
                              str(workers), "--worker-class", "gthread", "--threads", str(threads),
                              "--log-level", "warning", "benchmarks.prototype:app"],

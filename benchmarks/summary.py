@@ -60,8 +60,8 @@ def rows(results: dict[str, Record]) -> list[list[str]]:
             if proto is not None and kind in proto:
                 p = proto[kind]["median"]
                 ratios += f"; {value['median'] / p:.2f} of DESIGN §8's prototype in the same run ({p:.0f}"
-                ratios += (f"; {proto['write_no_aof']['median']:.0f} into a Redis without AOF)" if kind == "write"
-                           else ")")
+                without = proto.get(f"{kind}_no_aof")
+                ratios += f"; {without['median']:.0f} into a Redis without AOF)" if without else ")"
             return fmt(value), ratios, _verdict(value["median"], goal)
         return build
 
