@@ -121,4 +121,3 @@ def memory_redis() -> Iterator[str]:
         finally:
             proc.terminate()
             proc.wait(10)
-
