@@ -193,6 +193,13 @@ class LocalStack:
         self.stop()
         return 0 if signalled else 1
 
+    def __enter__(self) -> LocalStack:
+        self.start()  # stops what it started if it fails
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         """Stop in reverse order of start, each fully before the next: nginx and gunicorn first (no
         new writes), then the ingest runner and the merger (each finishes its batch or round), the

@@ -27,17 +27,13 @@ CONNECTIONS_PER_CLIENT = 48
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    local = LocalStack(tmp_path_factory.mktemp("slow-clients"), port=free_port(), workers=1, threads=2,
-                       with_merger=False, extra_env={
-                           "NDSTORE_FRONT_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
-                           "NDSTORE_FRONT_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
-                           "NDSTORE_FRONT_CONNECTIONS_PER_CLIENT": str(CONNECTIONS_PER_CLIENT),
-                           "NDSTORE_ANON_READ_RATE": "0", "NDSTORE_DEMO": "0"})
-    local.start()
-    try:
+    with LocalStack(tmp_path_factory.mktemp("slow-clients"), port=free_port(), workers=1, threads=2,
+                    with_merger=False, extra_env={
+                        "NDSTORE_FRONT_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+                        "NDSTORE_FRONT_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
+                        "NDSTORE_FRONT_CONNECTIONS_PER_CLIENT": str(CONNECTIONS_PER_CLIENT),
+                        "NDSTORE_ANON_READ_RATE": "0", "NDSTORE_DEMO": "0"}) as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture(scope="module")

@@ -22,13 +22,9 @@ BOXES = [((0, 64), (0, 64), (0, 8)), ((0, 512), (0, 512), (0, 64)), ((3, 103), (
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    local = LocalStack(tmp_path_factory.mktemp("bodies"), port=free_port(), workers=1, threads=1,
-                       with_merger=False, extra_env={"NDSTORE_DEMO": "0"})
-    local.start()
-    try:
+    with LocalStack(tmp_path_factory.mktemp("bodies"), port=free_port(), workers=1, threads=1,
+                    with_merger=False, extra_env={"NDSTORE_DEMO": "0"}) as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture(scope="module")
