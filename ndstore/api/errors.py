@@ -108,4 +108,3 @@ def server_error(request: HttpRequest) -> JsonResponse:
     _count("unexpected", 500)
     return JsonResponse({"status": 500, "message": "internal server error: the service could not answer this "
                                                    "request; its log has the details"}, status=500)
-
