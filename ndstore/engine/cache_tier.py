@@ -193,6 +193,11 @@ class CacheTier:
             except DamagedInCache as exc:
                 self._repair(exc)
                 continue
+            except _Forgotten as exc:
+                for name in exc.names:
+                    with self._locks.write([name]):
+                        self._restore(name, cutout.channel.dtype, grid)
+                continue
             if blobs is not None:
                 break
         if blobs is None:
@@ -218,6 +223,9 @@ class CacheTier:
             fetched = self._fetch([k for k in missing if not resident[k.name]], dtype, grid, wanted)
             blobs: dict[str, Sequence[Blob | None]] = {
                 **self._cache.get_many({n: wanted[n] for n in names if n not in fetched})}
+        forgotten = [n for n, found in blobs.items() if any(b is None for b in found)]
+        if forgotten:
+            raise _Forgotten(forgotten)
         self._observer.count("cache_reads_total", len(names) - len(fetched), outcome="hit")
         self._observer.count("cache_reads_total", len(fetched), outcome="miss")
         blobs.update(fetched)
@@ -247,15 +255,9 @@ class CacheTier:
         now = self._clock()
         fetched: dict[str, list[Blob]] = {}
         for object_key, obj in self._base.objects.get_many(list(by_object), self._base.window(grid, dtype)):
-            blobs: Sequence[Blob]
-            if obj is None:
-                blobs = [b""] * count  # known all-zero: no further base-tier access for it
-            else:
-                stored_dtype, _, _, blobs = split_supercuboid(obj)
-                if stored_dtype != dtype:
-                    raise DataCorrupt(f"stored supercuboid has dtype {stored_dtype}, channel has {dtype}")
+            blobs = _cuboids_of(obj, dtype, count)
             name = by_object[object_key].name
-            self._cache.put(name, {META: _meta(dtype, grid), **dict(enumerate(blobs))}, now, dirty=False)
+            self._cache.page_in(name, {META: _meta(dtype, grid), **dict(enumerate(blobs))}, now)
             numbers = keep[name]
             views = 2 * len(numbers) > count
             fetched[name] = [blobs[n] if views else bytes(blobs[n]) for n in numbers]
@@ -315,6 +317,10 @@ class CacheTier:
                                  and (partly[k.name] or len(touching[k.name]) < whole)], cutout.channel.dtype, grid,
                                 partly)
             old.update(paged)
+            for name, found in old.items():
+                if found is not None and any(b is None for b in found):
+                    restored = self._restore(name, cutout.channel.dtype, grid)
+                    old[name] = [restored[n] if b is None else b for n, b in zip(partly[name], found)]
             run_all(self._pool, lambda p: self._merge(p, grid, data[p.time_index][p.part.in_box(cutout.box)],
                                                       touching[p.key.name],
                                                       dict(zip(partly[p.key.name], old[p.key.name] or []))),
@@ -404,8 +410,9 @@ class CacheTier:
             dtype, grid = _parse_meta(meta)
             count = int(np.prod(grid.cuboids_per_super))
             blobs = self._cache.get_all(name, count)
-            if any(b is None for b in blobs):
-                raise DamagedInCache(name, "it is marked dirty but some of its cuboids are gone from the cache Redis")
+            if any(b is None for b in blobs):  # clean cuboids of a page-in, forgotten in a restart
+                restored = self._restore(name, dtype, grid)
+                blobs = [restored[n] if b is None else b for n, b in enumerate(blobs)]
         except DamagedInCache as exc:
             self._mark_lost({name: f"{exc} (found {time.strftime('%Y-%m-%d %H:%M:%S')})"})
             self._cache.clear_dirty(name)
@@ -555,6 +562,26 @@ class CacheTier:
         self._cache.forget_lost(names)
         self.ledger.record_refused()
 
+    def _restore(self, name: str, dtype: np.dtype, grid: Grid) -> dict[int, bytes]:
+        """The clean cuboids a resident supercuboid lacks, read again from the base tier and stored
+        again (unlogged, as a page-in's); returns them. Page-ins are not logged, so a Redis that
+        restarted from its AOF holds of a supercuboid only what writes stored: a cuboid absent from
+        it was paged in and not written since, and the base tier holds it as it was paged in (the
+        base tier changes under a cached supercuboid only by its write-back, or after its eviction,
+        which is logged). The caller holds its write lock, or a read lock: then the only other
+        writer of these fields is another restore, storing the same bytes."""
+        count = int(np.prod(grid.cuboids_per_super))
+        absent = self._cache.absent(name, range(count))
+        if not absent:
+            return {}
+        obj = next(iter(self._base.objects.get_many([SupercuboidKey.from_name(name).object_key])))[1]
+        blobs = _cuboids_of(obj, dtype, count)
+        restored = {n: bytes(blobs[n]) for n in absent}
+        self._cache.fill(name, restored)
+        self._observer.count("cache_restores_total", len(absent))
+        log.info("restored %d clean cuboids of %s from the base tier (not logged by their page-in)", len(absent), name)
+        return restored
+
     def _repair(self, damage: DamagedInCache) -> None:
         """A cached copy failed its checksum: a clean one is dropped (the base tier has it), a
         dirty one is lost."""
@@ -565,6 +592,24 @@ class CacheTier:
             self._cache.evict(name)
         self._observer.count("cache_repairs_total", outcome="lost" if self._cache.lost().get(name) else "paged again")
         self.guard([name])
+
+
+def _cuboids_of(obj: bytes | None, dtype: np.dtype, count: int) -> Sequence[Blob]:
+    """A base-tier object's cuboid blobs (views of it); all ``b""`` (known all-zero) when there is none."""
+    if obj is None:
+        return [b""] * count
+    stored_dtype, _, _, blobs = split_supercuboid(obj)
+    if stored_dtype != dtype:
+        raise DataCorrupt(f"stored supercuboid has dtype {stored_dtype}, channel has {dtype}")
+    return blobs
+
+
+class _Forgotten(Exception):
+    """Resident supercuboids lacking cuboids a read wanted: to restore (`CacheTier._restore`)."""
+
+    def __init__(self, names: list[str]):
+        super().__init__(", ".join(names))
+        self.names = names
 
 
 def lost_message(lost: dict[str, str]) -> str:

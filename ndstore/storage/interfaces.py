@@ -118,6 +118,15 @@ class CuboidCache(Holdings, Protocol):
 
     def put(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float, dirty: bool) -> None: ...
 
+    def page_in(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float) -> None:
+        """Clean cuboids copied from the base tier, the supercuboid then resident; the store may
+        forget them in a restart (they are not logged): see `absent` and `fill`."""
+
+    def fill(self, name: str, blobs: Mapping[int, bytes | memoryview]) -> None:
+        """Clean cuboids a resident supercuboid lacks, copied from the base tier, as `page_in` stores them."""
+
+    def absent(self, name: str, numbers: Sequence[int]) -> list[int]: ...
+
     def touch(self, names: Sequence[str], now: float) -> None: ...
 
     def dirty_before(self, when: float, limit: int) -> list[str]: ...

@@ -124,6 +124,24 @@ for i = 1, (#KEYS - 6) / 3 do
   at = at + 1 + 2 * count
 end
 return 1"""
+# A page-in's cuboids are clean copies of what the base tier holds: Redis neither logs them to its
+# AOF nor sends them to replicas (REPL_NONE). A 16 MiB page-in then costs Redis what it costs
+# without an AOF (14 MB of cuboids: 4 ms instead of 16-20 with `appendfsync always`), and the AOF
+# grows with writes, not reads. After a restart a supercuboid that was written holds what its
+# writes logged; the cuboids it lacks are clean and read again from the base tier (see
+# CacheTier._restore and docs/design/cache-tier.md, "Page-ins are not logged").
+# KEYS: the hash; ARGV: field, value pairs.
+_FILL = """
+redis.set_repl(redis.REPL_NONE)
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1"""
+# A paged-in supercuboid marked resident, unlogged too (after a restart it is simply not
+# resident), and only in a Redis whose holdings were checked. KEYS: INDEX, EPOCH; ARGV: name, now.
+_PAGED_IN = """
+if redis.call('EXISTS', KEYS[2]) == 0 then return redis.error_reply('UNVERIFIED') end
+redis.set_repl(redis.REPL_NONE)
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+return 1"""
 _HELD = """
 return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3])}"""
 _START = """
@@ -279,6 +297,41 @@ class RedisCuboidCache:
         pairs = [] if staged else [v for field, blob in items + sums for v in (field, blob)]
         self._do(lambda: self._commit(keys=[main, _staging(name), INDEX, DIRTY, SEQ, SEQS, EPOCH],
                                       args=[name, now, int(dirty), int(staged), *pairs]))
+
+    def page_in(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float) -> None:
+        """Store a supercuboid's clean cuboids, copied from the base tier, and mark it resident,
+        neither logged to the AOF (see _FILL). The caller holds its write lock and it was not
+        resident: a page-in that dies half way leaves it not resident, and the next one writes
+        every field again. Refused (RedisUnverified) in a Redis whose holdings were not checked.
+        On a Cluster, logged as `put` stores (its replicas would otherwise lack them)."""
+        if self._cluster:
+            self.put(name, blobs, now, dirty=False)
+            return
+        pipe = self._redis.pipeline(transaction=False)
+        self._fill_into(pipe, name, blobs)
+        pipe.eval(_PAGED_IN, 2, INDEX, EPOCH, name, now)
+        self._do(pipe.execute)
+
+    def fill(self, name: str, blobs: Mapping[int, bytes | memoryview]) -> None:
+        """Store clean cuboids a resident supercuboid lacks (copied from the base tier), unlogged
+        as a page-in's. Each blob goes in one command with its digest."""
+        pipe = self._redis.pipeline(transaction=False)
+        self._fill_into(pipe, name, blobs)
+        self._do(pipe.execute)
+
+    def _fill_into(self, pipe: Any, name: str, blobs: Mapping[int, bytes | memoryview]) -> None:
+        items = list(blobs.items())
+        for at in range(0, len(items), FIELDS_PER_COMMAND):
+            pairs = [v for n, b in items[at:at + FIELDS_PER_COMMAND] for v in (str(n), b, digest_field(n), _digest(b))]
+            if self._cluster:
+                pipe.hset(_hash(name), mapping=dict(zip(pairs[::2], pairs[1::2])))
+            else:
+                pipe.eval(_FILL, 1, _hash(name), *pairs)
+
+    def absent(self, name: str, numbers: Sequence[int]) -> list[int]:
+        """Which of ``numbers`` (cuboids, or META's -1) have no field in the supercuboid's hash."""
+        fields = {f.decode() for f in self._do(lambda: self._redis.hkeys(_hash(name)))}
+        return [n for n in numbers if str(n) not in fields]
 
     def touch(self, names: Sequence[str], now: float) -> None:
         if names:
