@@ -11,10 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import redis
 
 from ndstore.core.geometry import Box
 from ndstore.engine.volume import make_cutout
 from ndstore.ops.localstack import free_port, start_redis
+from ndstore.storage.redis_cache import INDEX
 from tests.engine.conftest import make_cache_tier, small_channel
 
 CHANNEL = small_channel("uint16", cid=23)
@@ -99,6 +101,31 @@ def test_a_restart_forgets_a_supercuboid_only_paged_in(tmp_path: Path) -> None:
         tier = make_cache_tier(tmp_path, url)
         assert tier._cache.count() == (0, 0)
         np.testing.assert_array_equal(tier.read(cut(NEAR))[0], data)  # type: ignore[arg-type]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_small_read_writes_nothing_to_the_aof(tmp_path: Path) -> None:
+    """The lock-free read's access-time touch is not logged either: a read of resident data adds
+    nothing to the AOF (so with `appendfsync always` it does not wait for an fsync)."""
+    port = free_port()
+    proc = start_redis(tmp_path / "redis", port)
+    try:
+        tier = make_cache_tier(tmp_path, f"redis://127.0.0.1:{port}/0")
+        data = np.random.default_rng(25).integers(1, 60000, NEAR.shape_zyx, dtype=np.uint16)
+        tier.write(cut(NEAR), data[np.newaxis])  # type: ignore[arg-type]
+
+        def aof_bytes() -> int:
+            return sum(p.stat().st_size for p in (tmp_path / "redis" / "appendonlydir").glob("*.incr.aof"))
+
+        [name] = cut(NEAR).plan().names  # type: ignore[attr-defined]
+        index = redis.Redis(port=port)
+        before, written_at = aof_bytes(), index.zscore(INDEX, name)
+        for _ in range(3):
+            np.testing.assert_array_equal(tier.read(cut(NEAR))[0], data)  # type: ignore[arg-type]
+        assert aof_bytes() == before
+        assert index.zscore(INDEX, name) > written_at  # the access time moved, unlogged
     finally:
         proc.kill()
         proc.wait()
