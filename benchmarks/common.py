@@ -134,7 +134,9 @@ def timed_rate(fn: Callable[[], object], nbytes: int) -> float:
 
 def cpu_seconds(roots: list[int]) -> float:
     """User + system CPU seconds used so far by the processes ``roots`` and all their descendants
-    (from /proc; a process that has exited is no longer counted)."""
+    (from /proc), those that exited included: a parent's cutime/cstime holds the children it
+    reaped (gunicorn replaces a worker after `max_requests`; without them a measurement spanning
+    that replacement came out negative)."""
     parent, used = {}, {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -144,7 +146,7 @@ def cpu_seconds(roots: list[int]) -> float:
         except OSError:
             continue  # exited meanwhile
         pid = int(entry.name)
-        parent[pid], used[pid] = int(fields[1]), int(fields[11]) + int(fields[12])
+        parent[pid], used[pid] = int(fields[1]), sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
     tree, frontier = set(roots), set(roots)
     while frontier:
         frontier = {pid for pid, ppid in parent.items() if ppid in frontier and pid not in tree}
