@@ -43,6 +43,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# What Redis holds of ours is blosc-compressed already (cuboids, NDBlaze bodies): LZF-compressing
+# each value again when it rewrites its AOF (the RDB preamble) saved nothing and cost ~5x the CPU
+# of the rewrite (docs/design/serving.md, section 15). Compose passes the same.
+RDB_NO_LZF = ("--rdbcompression", "no")
+
+
 def start_redis(data_dir: Path, port: int, appendfsync: str = "always",
                 extra: tuple[str, ...] = (), appendonly: bool = True) -> subprocess.Popen[bytes]:
     """A redis-server on 127.0.0.1:port with AOF persistence (unless appendonly is False) under data_dir."""
@@ -54,6 +60,7 @@ def start_redis(data_dir: Path, port: int, appendfsync: str = "always",
         [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir),
          "--appendonly", "yes" if appendonly else "no",
          "--appendfsync", appendfsync, "--save", "", "--daemonize", "no", "--protected-mode", "yes",
+         *RDB_NO_LZF,
          "--logfile", str(data_dir / "redis.log"), *extra],
         stdout=subprocess.DEVNULL,
     )

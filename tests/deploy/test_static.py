@@ -159,6 +159,9 @@ def test_compose_cluster_shape(compose: dict[str, Any]) -> None:
     redis_cmd = s["redis"]["command"]
     assert redis_cmd[redis_cmd.index("--appendonly") + 1] == "yes"
     assert redis_cmd[redis_cmd.index("--appendfsync") + 1] == "always"  # docs/reliability.md
+    for name in ("redis", "blaze-redis"):  # as the local stack runs them (localstack.RDB_NO_LZF)
+        command = s[name]["command"]
+        assert command[command.index("--rdbcompression") + 1] == "no", name
     assert s["redis"]["image"] == "redis:7" and s["postgres"]["image"] == "postgres:16"
     assert s["dynamodb"]["image"].startswith("amazon/dynamodb-local")
     assert "healthcheck" in s["minio"]
