@@ -317,10 +317,8 @@ class CacheTier:
                                  and (partly[k.name] or len(touching[k.name]) < whole)], cutout.channel.dtype, grid,
                                 partly)
             old.update(paged)
-            for name, found in old.items():
-                if found is not None and any(b is None for b in found):
-                    restored = self._restore(name, cutout.channel.dtype, grid)
-                    old[name] = [restored[n] if b is None else b for n, b in zip(partly[name], found)]
+            old.update({name: self._completed(name, cutout.channel.dtype, grid, partly[name], found)
+                        for name, found in old.items() if found is not None})
             run_all(self._pool, lambda p: self._merge(p, grid, data[p.time_index][p.part.in_box(cutout.box)],
                                                       touching[p.key.name],
                                                       dict(zip(partly[p.key.name], old[p.key.name] or []))),
@@ -409,16 +407,13 @@ class CacheTier:
                 raise DamagedInCache(name, "it is marked dirty but its cuboids are gone from the cache Redis")
             dtype, grid = _parse_meta(meta)
             count = int(np.prod(grid.cuboids_per_super))
-            blobs = self._cache.get_all(name, count)
-            if any(b is None for b in blobs):  # clean cuboids of a page-in, forgotten in a restart
-                restored = self._restore(name, dtype, grid)
-                blobs = [restored[n] if b is None else b for n, b in enumerate(blobs)]
+            blobs = self._completed(name, dtype, grid, range(count), self._cache.get_all(name, count))
         except DamagedInCache as exc:
             self._mark_lost({name: f"{exc} (found {time.strftime('%Y-%m-%d %H:%M:%S')})"})
             self._cache.clear_dirty(name)
             return False
         self._base.store(SupercuboidKey.from_name(name),
-                         join_supercuboid([b or b"" for b in blobs], dtype, grid.cuboid, grid.cuboids_per_super))
+                         join_supercuboid([bytes(b or b"") for b in blobs], dtype, grid.cuboid, grid.cuboids_per_super))
         self._cache.clear_dirty(name)
         return True
 
@@ -561,6 +556,14 @@ class CacheTier:
             return
         self._cache.forget_lost(names)
         self.ledger.record_refused()
+
+    def _completed(self, name: str, dtype: np.dtype, grid: Grid, numbers: Sequence[int],
+                   found: Sequence[Blob | None]) -> list[Blob | None]:
+        """``found`` (the blobs of cuboids ``numbers``), with any the cache forgot restored."""
+        if all(b is not None for b in found):
+            return list(found)
+        restored = self._restore(name, dtype, grid)
+        return [restored[n] if b is None else b for n, b in zip(numbers, found)]
 
     def _restore(self, name: str, dtype: np.dtype, grid: Grid) -> dict[int, bytes]:
         """The clean cuboids a resident supercuboid lacks, read again from the base tier and stored
