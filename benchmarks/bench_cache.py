@@ -26,6 +26,8 @@ from benchmarks.common import (
     concurrent_rate,
     cpu_seconds,
     create_dataset,
+    cuboid_cache,
+    evict_all,
     fmt,
     hardware,
     latencies,
@@ -41,6 +43,7 @@ from benchmarks.prototype import store as prototype_store
 from benchmarks.prototype import store_object as prototype_store_object
 from ndstore.core.chunks import compress_cuboid, cuboid_boxes
 from ndstore.core.synthetic import em_like
+from ndstore.storage import redis_client
 
 
 def region(stack: Stack, prefix: str, i: int, path: str = "cutout") -> str:
@@ -57,11 +60,8 @@ def cache_rates(stack: Stack, prefix: str, bodies: list[bytes], threads: int, ro
     """Cold reads first: each thread reads REPS regions of its own that the base tier holds and
     the cache does not (evicted before each round, as the cache manager evicts: the Redis keeps
     its checked mark, so a round measures page-ins, not the loss check of a Redis found empty)."""
-    from ndstore.storage import redis_client
-    from ndstore.storage.redis_cache import RedisCuboidCache
-
     sessions = [stack.session() for _ in range(threads)]
-    cache = RedisCuboidCache(redis_client.connect(stack.redis_url))
+    cache = cuboid_cache(stack.redis_url)
 
     def post(i: int, path: str, at: int | None = None) -> int:
         sessions[i].post(region(stack, prefix, i if at is None else at, path), data=bodies[i],
@@ -78,8 +78,7 @@ def cache_rates(stack: Stack, prefix: str, bodies: list[bytes], threads: int, ro
             post(i, "direct/cutout", at=r * threads + i)
 
     def cold_round() -> float:
-        for name in cache.names_with_prefix(""):
-            cache.evict(name)
+        evict_all(cache)
         turns = [iter(range(i, threads * REPS, threads)) for i in range(threads)]
         return concurrent_rate(lambda i: read(i, at=next(turns[i])), threads, REPS)
 
@@ -96,7 +95,6 @@ def prototype_rates(stack: Stack, memory_redis_url: str, volumes: list[np.ndarra
     the service, with the same client: into the stack's own Redis (the same appendfsync), and
     once more into a Redis that keeps nothing on disk (what the goals' prototype figures, 800
     MB/s of writes and 540 of cold reads, cannot have paid)."""
-    from ndstore.storage import redis_client
 
     def rates(redis_url: str, objects: Path, hot: bool) -> dict[str, Any]:
         client = redis_client.connect(redis_url)
@@ -136,10 +134,7 @@ def prototype_rates(stack: Stack, memory_redis_url: str, volumes: list[np.ndarra
 def redis_ceilings(url: str, volume: np.ndarray, rounds: int) -> dict[str, Any]:
     """Storing and fetching one supercuboid's 64 compressed cuboids with nothing else around it
     (the cache adapter's own HSET batches and HMGET), in raw-voxel MB/s."""
-    from ndstore.storage import redis_client
-    from ndstore.storage.redis_cache import RedisCuboidCache
-
-    cache = RedisCuboidCache(redis_client.connect(url))
+    cache = cuboid_cache(url)
     boxes = cuboid_boxes(GRID.cuboid, GRID.cuboids_per_super)
     blobs = {n: compress_cuboid(volume[b.slices_zyx()]) for n, b in enumerate(boxes)}
 
@@ -244,19 +239,23 @@ def _ratio(value: dict[str, float], ceiling: float, name: str) -> str:
     return f"{value['median'] / ceiling:.2f} of {name}"
 
 
+def _versus(proto: dict[str, Any] | None, rates: dict[str, Any], kind: str) -> str:
+    """"; <ratio> of the prototype" for one figure, when the run measured the prototype."""
+    return f"; {_ratio(rates[kind], proto[kind]['median'], 'the prototype')}" if proto else ""
+
+
 def table(record: dict[str, Any]) -> list[list[str]]:
     rows = []
     redis_c, b, lat = record["redis"], record["blosc"], record["latency"]
     for threads, r in record["cache"].items():
         loop = record["loopback"][threads]["get"]["median"]
         proto = record.get("prototype", {}).get(threads)
-        rows.append(["hot-cache read", str(threads), fmt(r["hot_read"]), _ratio(r["hot_read"], loop, "loopback GET")
-                     + (f"; {_ratio(r['hot_read'], proto['hot_read']['median'], 'the prototype')}" if proto else "")])
-        rows.append(["cold-cache read", str(threads), fmt(r["cold_read"]), _ratio(r["cold_read"], loop, "loopback GET")
-                     + (f"; {_ratio(r['cold_read'], proto['cold_read']['median'], 'the prototype')}" if proto else "")])
+        rows.append(["hot-cache read", str(threads), fmt(r["hot_read"]),
+                     _ratio(r["hot_read"], loop, "loopback GET") + _versus(proto, r, "hot_read")])
+        rows.append(["cold-cache read", str(threads), fmt(r["cold_read"]),
+                     _ratio(r["cold_read"], loop, "loopback GET") + _versus(proto, r, "cold_read")])
         rows.append(["cache write", str(threads), fmt(r["write"]),
-                     _ratio(r["write"], redis_c["hset"]["median"], "Redis HSET")
-                     + (f"; {_ratio(r['write'], proto['write']['median'], 'the prototype')}" if proto else "")])
+                     _ratio(r["write"], redis_c["hset"]["median"], "Redis HSET") + _versus(proto, r, "write")])
     for threads, p in record.get("prototype", {}).items():
         rows.append(["ceiling: DESIGN §8 prototype (plain WSGI + Redis + blosc, no front), hot read / cold read / "
                      "write, into the stack's Redis (appendfsync always)", str(threads),

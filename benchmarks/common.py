@@ -31,6 +31,8 @@ import numpy.typing as npt
 import requests
 
 from ndstore.ops.localstack import LocalStack, free_port, wait_until
+from ndstore.storage import redis_client
+from ndstore.storage.redis_cache import RedisCuboidCache
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MiB = 1 << 20
@@ -135,8 +137,7 @@ def timed_rate(fn: Callable[[], object], nbytes: int) -> float:
 def cpu_seconds(roots: list[int]) -> float:
     """User + system CPU seconds used so far by the processes ``roots`` and all their descendants
     (from /proc), those that exited included: a parent's cutime/cstime holds the children it
-    reaped (gunicorn replaces a worker after `max_requests`; without them a measurement spanning
-    that replacement came out negative)."""
+    reaped (without them, a measurement spanning a descendant's exit once came out negative)."""
     parent, used = {}, {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -160,6 +161,17 @@ def own_cpu_seconds() -> float:
 
 
 # --- client side of a cutout ------------------------------------------------------------------
+
+
+def evict_all(cache: RedisCuboidCache) -> None:
+    """Drop every supercuboid the cache holds, as the cache manager evicts (the Redis keeps its
+    checked mark), without writing back: only for a cache that holds nothing dirty."""
+    for name in cache.names_with_prefix(""):
+        cache.evict(name)
+
+
+def cuboid_cache(redis_url: str) -> RedisCuboidCache:
+    return RedisCuboidCache(redis_client.connect(redis_url))
 
 
 def read_body(session: requests.Session, url: str, headers: dict[str, str] | None = None) -> bytes:

@@ -33,10 +33,17 @@ import redis
 
 from benchmarks.bench_blaze import BLAZE_SETTINGS, discard_pending
 from benchmarks.bench_direct import SC, open_backend
-from benchmarks.common import RESULTS, Stack, create_dataset, hardware, local_stack, read_body
+from benchmarks.common import (
+    RESULTS,
+    Stack,
+    create_dataset,
+    cuboid_cache,
+    evict_all,
+    hardware,
+    local_stack,
+    read_body,
+)
 from ndstore.core.synthetic import em_like
-from ndstore.storage import redis_client
-from ndstore.storage.redis_cache import RedisCuboidCache
 
 THREADS = 2
 
@@ -51,13 +58,8 @@ def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
     def hot_read(i: int) -> None:
         read_body(sessions[i], region(i), {"Accept": "application/blosc"})
 
-    cache = RedisCuboidCache(redis_client.connect(stack.redis_url))
-
-    def evict_all() -> None:  # nothing is dirty when cold_read runs (see main)
-        for name in cache.names_with_prefix(""):
-            cache.evict(name)
-
-    round_start = threading.Barrier(THREADS, action=evict_all, timeout=10)
+    cache = cuboid_cache(stack.redis_url)  # nothing is dirty when cold_read runs (see main)
+    round_start = threading.Barrier(THREADS, action=lambda: evict_all(cache), timeout=10)
 
     def cold_read(i: int) -> None:
         try:
