@@ -11,10 +11,13 @@ cuboids so (with their digests), merges, and commits in one script only if no on
 them and those cuboids still have the digests it read (optimistic: two round trips instead of
 five). Otherwise, and for every larger request, the locked read and write below.
 Read: plan the box into supercuboids; take read locks on the resident ones and write locks on
-the missing ones, together (one consistent snapshot); page in what is still missing (re-checked
-under its write lock, so concurrent misses of one supercuboid fetch it once) and use those blobs
-directly; fetch just the cuboids the box touches of the others; release, update access times
-and assemble.
+the missing ones, together (one consistent snapshot); fetch what is still missing from the base
+tier (re-checked under its write lock, so concurrent misses of one supercuboid fetch it once) and
+use those blobs directly; fetch just the cuboids the box touches of the others; update access
+times and assemble. The fetched supercuboids are stored in the cache (paged in) after the read
+has its blobs, by a background thread to which the read hands its locks: the answer does not
+wait for Redis to store them, and no one can change or read them through the cache before they
+are stored (see `_PageIns`). Locks go when the page-in is done.
 Write: under write locks, page in what is missing, merge partly covered cuboids, store the new
 cuboid blobs and mark the supercuboids dirty; the flusher writes them back (or, for a
 write-through channel, the write does before it returns).
@@ -32,10 +35,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
@@ -117,6 +121,7 @@ class CacheTier:
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="cache-tier")
         # Per-cuboid codec work of one supercuboid (blosc releases the GIL: see core.chunks).
         self._codec = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="cache-codec")
+        self._page_ins = _PageIns(base.read_window_bytes, cache, observer)
         self.ledger = LedgerKeeper("cache", cache, LedgerBook(base.objects, "cache"), self.ledger_lock("cache"),
                                    self._drop_all_but, cache.mark_lost, cache.lost, clock, observer)
 
@@ -144,6 +149,10 @@ class CacheTier:
             self._read_batch(cutout, grid, batch, [p for k in batch for p in parts[k.name]],
                              {k.name: wanted[k.name] for k in batch}, out)
         return out
+
+    def settle(self) -> None:
+        """Wait until the page-ins of earlier reads are stored (and their locks released)."""
+        self._page_ins.settle()
 
     def _batches(self, keys: Sequence[SupercuboidKey], wanted: Mapping[str, list[int]], grid: Grid,
                  dtype: np.dtype) -> Iterator[list[SupercuboidKey]]:
@@ -210,19 +219,33 @@ class CacheTier:
                     grid: Grid, exclusive: bool = False) -> dict[str, Sequence[Blob | None]] | None:
         """One consistent snapshot of the wanted cuboids: read locks on the resident
         supercuboids and write locks on the missing ones (on all of them if `exclusive`), all
-        held together; the missing ones are paged in (each fetched once, whoever gets its write
-        lock first) and their blobs used straight away. None when a supercuboid was evicted
-        before its read lock was taken."""
+        held together; the missing ones are fetched (each once, whoever gets its write lock first)
+        and their blobs used straight away. They are paged in after the answer, by a `_PageIns`
+        thread that then releases all these locks, or, without room there, before. None when a
+        supercuboid was evicted before its read lock was taken."""
         names = [k.name for k in keys]
         was_resident = dict(zip(names, [False] * len(names) if exclusive else self._cache.resident(names)))
         missing = [k for k in keys if not was_resident[k.name]]
-        with self._locks.mixed(reads=[n for n in names if was_resident[n]], writes=[k.name for k in missing]):
+        with ExitStack() as locked:
+            locked.enter_context(self._locks.mixed(reads=[n for n in names if was_resident[n]],
+                                                   writes=[k.name for k in missing]))
             resident = dict(zip(names, self._cache.resident(names)))
             if any(was_resident[n] and not resident[n] for n in names):
                 return None
-            fetched = self._fetch([k for k in missing if not resident[k.name]], dtype, grid, wanted)
-            blobs: dict[str, Sequence[Blob | None]] = {
-                **self._cache.get_many({n: wanted[n] for n in names if n not in fetched})}
+            absent = [k for k in missing if not resident[k.name]]
+            cached = [n for n in names if resident[n]]
+            blobs: dict[str, Sequence[Blob | None]] = {**self._cache.get_many({n: wanted[n] for n in cached})}
+            room = self._page_ins.reserve(len(absent) * grid.supercuboid_bytes(dtype.itemsize)) if absent else 0
+            if room:  # stored after the answer, by a thread that then releases the locks
+                try:
+                    objects = dict(self._fetched(absent, dtype, grid))
+                except BaseException:
+                    self._page_ins.give_back(room)
+                    raise
+                fetched = {name: _kept(found, wanted[name]) for name, found in objects.items()}
+                self._page_ins.store_later(objects, _meta(dtype, grid), self._clock(), locked.pop_all(), room)
+            else:  # stored now, one object at a time, so a thin read does not hold them all
+                fetched = self._fetch(absent, dtype, grid, wanted)
         forgotten = [n for n, found in blobs.items() if any(b is None for b in found)]
         if forgotten:
             raise _Forgotten(forgotten)
@@ -248,21 +271,24 @@ class CacheTier:
         """Copy supercuboids from the base tier into the cache, a read window of them fetched at
         once; return the blobs of the cuboids ``keep`` names in each: views of the fetched object
         when they are most of it, copies when they are a few, so the object is not held for them."""
-        if not keys:
-            return {}
-        by_object = {k.object_key: k for k in keys}
-        count = int(np.prod(grid.cuboids_per_super))
         now = self._clock()
         fetched: dict[str, list[Blob]] = {}
-        for object_key, obj in self._base.objects.get_many(list(by_object), self._base.window(grid, dtype)):
-            blobs = _cuboids_of(obj, dtype, count)
-            name = by_object[object_key].name
+        for name, blobs in self._fetched(keys, dtype, grid):
             self._cache.page_in(name, {META: _meta(dtype, grid), **dict(enumerate(blobs))}, now)
-            numbers = keep[name]
-            views = 2 * len(numbers) > count
-            fetched[name] = [blobs[n] if views else bytes(blobs[n]) for n in numbers]
-            del obj, blobs
+            fetched[name] = _kept(blobs, keep[name])
+            del blobs
         return fetched
+
+    def _fetched(self, keys: Sequence[SupercuboidKey], dtype: np.dtype,
+                 grid: Grid) -> Iterator[tuple[str, Sequence[Blob]]]:
+        """Each supercuboid's cuboid blobs as stored in the base tier (views of its object), a read
+        window of them fetched at once."""
+        if not keys:
+            return
+        by_object = {k.object_key: k for k in keys}
+        count = int(np.prod(grid.cuboids_per_super))
+        for object_key, obj in self._base.objects.get_many(list(by_object), self._base.window(grid, dtype)):
+            yield by_object[object_key].name, _cuboids_of(obj, dtype, count)
 
     # -- writes ------------------------------------------------------------------------------
     def write(self, cutout: Cutout, data: Array) -> None:
@@ -605,6 +631,84 @@ def _cuboids_of(obj: bytes | None, dtype: np.dtype, count: int) -> Sequence[Blob
     if stored_dtype != dtype:
         raise DataCorrupt(f"stored supercuboid has dtype {stored_dtype}, channel has {dtype}")
     return blobs
+
+
+def _kept(blobs: Sequence[Blob], numbers: Sequence[int]) -> list[Blob]:
+    """The blobs of cuboids ``numbers``: views of the fetched object when they are most of it,
+    copies when they are a few, so the object is not held for them."""
+    views = 2 * len(numbers) > len(blobs)
+    return [blobs[n] if views else bytes(blobs[n]) for n in numbers]
+
+
+class _PageIns:
+    """Page-ins that finish after their read has answered. Storing a fetched supercuboid in Redis
+    (copying ~14 MB of cuboids into it) took about a third of a cold 16 MiB read's time, during
+    which the read's thread only waited. The read hands its locks to a thread here, which stores
+    the supercuboids and then releases them: until then their write locks keep every other reader
+    and writer out (they wait, then find them resident), so a page-in still copies what the base
+    tier holds, and nothing else can see them half stored. The objects such page-ins hold are
+    counted against ``room`` bytes (raw supercuboids) per process; a read that would exceed it
+    stores its page-ins before it answers, as before. A page-in that fails here leaves its
+    supercuboids not resident (the next read pages them in again): the read's answer came from
+    the base tier and stays right."""
+
+    def __init__(self, room: int, cache: CuboidCache, observer: Observer):
+        self._cache = cache
+        self._observer = observer
+        self._room = room
+        self._held = 0
+        self._pending: set[Future[None]] = set()
+        self._guard = threading.Lock()
+        self._threads = ThreadPoolExecutor(2, thread_name_prefix="cache-page-in")
+
+    def reserve(self, nbytes: int) -> int:
+        """``nbytes`` reserved for page-ins after the answer (returned by their `store_later`, or
+        `give_back`), or 0 if there is no room."""
+        with self._guard:
+            if self._held + nbytes > self._room:
+                return 0
+            self._held += nbytes
+            return nbytes
+
+    def give_back(self, reserved: int) -> None:
+        with self._guard:
+            self._held -= reserved
+
+    def store_later(self, objects: Mapping[str, Sequence[Blob]], meta: bytes, now: float, locks: ExitStack,
+                    reserved: int) -> None:
+        """Page in ``objects`` (name -> cuboid blobs) on a thread of its own, then close ``locks``
+        and give back ``reserved``."""
+        try:
+            future = self._threads.submit(self._store, objects, meta, now, locks, reserved)
+        except RuntimeError:  # the interpreter is shutting down: store them now
+            self._store(objects, meta, now, locks, reserved)
+            return
+        with self._guard:
+            self._pending.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: Future[None]) -> None:
+        with self._guard:
+            self._pending.discard(future)
+
+    def _store(self, objects: Mapping[str, Sequence[Blob]], meta: bytes, now: float, locks: ExitStack,
+               reserved: int) -> None:
+        try:
+            for name, blobs in objects.items():
+                self._cache.page_in(name, {META: meta, **dict(enumerate(blobs))}, now)
+        except Exception:
+            self._observer.count("cache_page_in_failures_total", len(objects))
+            log.warning("storing %d supercuboids paged in after their read failed; they stay not resident",
+                        len(objects), exc_info=True)
+        finally:
+            locks.close()
+            self.give_back(reserved)
+
+    def settle(self) -> None:
+        """Wait for the page-ins handed over so far."""
+        with self._guard:
+            pending = list(self._pending)
+        wait(pending)
 
 
 class _Forgotten(Exception):

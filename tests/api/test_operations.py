@@ -45,6 +45,9 @@ def test_metrics_parse_and_move_when_a_request_is_served(admin: APIClient, datas
     labels = {"route": "CutoutView", "method": "GET", "code": "2xx"}
     r = admin.get(url, HTTP_ACCEPT=OCTET)
     assert r.status_code == 200
+    from ndstore.wiring import services
+
+    services().cache_tier.settle()  # the read's page-in is stored after its answer
     after = scrape(admin)
     assert value(after, "ndstore_requests_total", **labels) == value(before, "ndstore_requests_total", **labels) + 1
     durations = ("ndstore_request_duration_seconds_count", {"route": "CutoutView"})

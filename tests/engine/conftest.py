@@ -3,6 +3,7 @@ file-store base tier in the test's own directory."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -36,9 +37,12 @@ def make_cache_tier(root: Path, redis_url: str, lock_free: bool = True) -> Cache
 
 
 @pytest.fixture
-def cache_tier(tmp_path: Path, redis_url: str) -> CacheTier:
+def cache_tier(tmp_path: Path, redis_url: str) -> Iterator[CacheTier]:
+    """Its page-ins that outlive their reads are stored before the next test empties the Redis."""
     redis.Redis.from_url(redis_url).flushdb()
-    return make_cache_tier(tmp_path, redis_url)
+    tier = make_cache_tier(tmp_path, redis_url)
+    yield tier
+    tier.settle()
 
 
 @pytest.fixture

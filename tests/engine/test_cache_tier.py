@@ -145,6 +145,7 @@ def test_a_write_that_replaces_a_supercuboid_whole_reads_nothing_of_the_old_one(
 def test_all_zero_supercuboids_are_cached_as_known_zero(cache_tier: CacheTier) -> None:
     got = cache_tier.read(cut(Box((0, 0, 0), (10, 10, 2))))
     assert not got.any()
+    cache_tier.settle()  # its page-in is stored after the answer
     blobs = cache_tier._cache.get_all(cache_tier._cache.coldest(1)[0], 64)
     assert blobs == [b""] * 64
 

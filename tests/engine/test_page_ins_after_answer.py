@@ -1,0 +1,164 @@
+"""A cold read answers from the objects it fetched and stores them in the cache afterwards, on a
+thread that holds the read's locks until they are stored (CacheTier's `_PageIns`). Until then
+no writer, direct writer or other reader gets at those supercuboids; a page-in that fails leaves
+them not resident and unlocked; without room for more such page-ins, a read stores its own
+before it answers. Real redis-server and file store; the gate below only holds the real page-in
+back until the test lets it go."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+
+from ndstore.core.errors import StorageError
+from ndstore.core.geometry import Box
+from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.volume import make_cutout
+from tests.engine.conftest import make_cache_tier, small_channel
+
+CHANNEL = small_channel("uint8", cid=31)
+GRID = CHANNEL.grid(0)
+SUPER = Box((0, 0, 0), GRID.supercuboid)
+SMALL = Box((5, 6, 1), (40, 50, 3))  # inside the first supercuboid, a few cuboids
+WAIT_S = 10.0
+
+
+def cut(box: Box) -> Any:
+    return make_cutout(CHANNEL, 0, box, range(1), 1 << 32)
+
+
+[NAME] = cut(SUPER).plan().names
+
+
+class Gate:
+    """Holds the cache's page-ins back until `open` (or makes the next one fail, as a Redis error would)."""
+
+    def __init__(self, tier: CacheTier):
+        self.entered = threading.Event()
+        self._opened = threading.Event()
+        self._fail = False
+        cache = tier._cache
+        real = cache.page_in
+
+        def page_in(*args: Any, **kwargs: Any) -> None:
+            self.entered.set()
+            assert self._opened.wait(WAIT_S), "the test never opened the gate"
+            if self._fail:
+                self._fail = False
+                raise StorageError("cache unavailable: connection reset (the test's)")
+            real(*args, **kwargs)
+
+        cache.page_in = page_in  # type: ignore[method-assign]
+
+    def open(self, fail: bool = False) -> None:
+        self._fail = fail
+        self._opened.set()
+
+
+def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    result: list[Any] = []
+    thread = threading.Thread(target=lambda: result.append(fn()), daemon=True)
+    thread.start()
+    return thread, result
+
+
+@pytest.fixture
+def stored(tmp_path: Path, redis_url: str) -> Iterator[tuple[CacheTier, np.ndarray]]:
+    """A cache tier over a base tier holding the first supercuboid (random voxels), none cached."""
+    redis.Redis.from_url(redis_url).flushdb()
+    tier = make_cache_tier(tmp_path, redis_url)
+    voxels = np.random.default_rng(31).integers(1, 255, SUPER.shape_zyx, dtype=np.uint8)
+    tier.write_base(cut(SUPER), voxels[np.newaxis])
+    assert tier._cache.resident([NAME]) == [False]
+    yield tier, voxels
+    tier.settle()
+
+
+def test_a_cold_read_answers_before_its_page_in_is_stored(stored: tuple[CacheTier, np.ndarray]) -> None:
+    tier, voxels = stored
+    gate = Gate(tier)
+    reader, answer = in_thread(lambda: tier.read(cut(SUPER)))
+    reader.join(WAIT_S)
+    assert not reader.is_alive(), "the read waited for its page-in"
+    np.testing.assert_array_equal(answer[0][0], voxels)
+    assert gate.entered.wait(WAIT_S) and tier._cache.resident([NAME]) == [False]
+    gate.open()
+    tier.settle()
+    assert tier._cache.resident([NAME]) == [True]
+    np.testing.assert_array_equal(tier.read(cut(SMALL))[0], voxels[SMALL.slices_zyx()])
+
+
+WRITERS = ["small write", "large write", "direct write", "read"]
+
+
+@pytest.mark.parametrize("other", WRITERS)
+def test_no_one_gets_at_a_supercuboid_before_its_page_in_is_stored(stored: tuple[CacheTier, np.ndarray],
+                                                                   other: str) -> None:
+    """The page-in holds the read's write lock: a write, a direct write (which would otherwise
+    change the base tier under a page-in of its old voxels) and another read all wait for it,
+    and then see every voxel as last written."""
+    tier, voxels = stored
+    gate = Gate(tier)
+    tier.read(cut(SUPER))
+    assert gate.entered.wait(WAIT_S)
+    box = SMALL if other == "small write" else SUPER
+    new = np.full(box.shape_zyx, 7, np.uint8)
+    do: dict[str, Callable[[], Any]] = {
+        "small write": lambda: tier.write(cut(SMALL), new[np.newaxis]),
+        "large write": lambda: tier.write(cut(SUPER), new[np.newaxis]),
+        "direct write": lambda: tier.write_base(cut(SUPER), new[np.newaxis]),
+        "read": lambda: tier.read(cut(SMALL)),
+    }
+    worker, result = in_thread(do[other])
+    worker.join(0.5)
+    assert worker.is_alive(), f"the {other} did not wait for the page-in"
+    gate.open()
+    worker.join(WAIT_S)
+    assert not worker.is_alive()
+    if other == "read":
+        np.testing.assert_array_equal(result[0][0], voxels[SMALL.slices_zyx()])
+        return
+    expected = voxels.copy()
+    expected[box.slices_zyx()] = 7
+    np.testing.assert_array_equal(tier.read(cut(SUPER))[0], expected)
+    tier.flush_all()
+    np.testing.assert_array_equal(tier.read_raw(cut(SUPER))[0], expected)
+
+
+def test_a_failed_page_in_leaves_it_not_resident_and_unlocked(stored: tuple[CacheTier, np.ndarray]) -> None:
+    tier, voxels = stored
+    gate = Gate(tier)
+    np.testing.assert_array_equal(tier.read(cut(SUPER))[0], voxels)
+    gate.open(fail=True)
+    tier.settle()
+    assert tier._cache.resident([NAME]) == [False]
+    new = np.full(SMALL.shape_zyx, 9, np.uint8)
+    tier.write(cut(SMALL), new[np.newaxis])  # would wait out the lock's timeout if it were still held
+    expected = voxels.copy()
+    expected[SMALL.slices_zyx()] = 9
+    np.testing.assert_array_equal(tier.read(cut(SUPER))[0], expected)
+
+
+def test_without_room_a_read_stores_its_page_ins_before_it_answers(tmp_path: Path, redis_url: str) -> None:
+    """The objects page-ins hold after their reads answered are bounded per process (a read
+    window): beyond that a read pages in first, as it always did."""
+    redis.Redis.from_url(redis_url).flushdb()
+    tier = make_cache_tier(tmp_path, redis_url)
+    tier._page_ins._room = GRID.supercuboid_bytes(1) - 1  # no room for one supercuboid
+    voxels = np.random.default_rng(32).integers(1, 255, SUPER.shape_zyx, dtype=np.uint8)
+    tier.write_base(cut(SUPER), voxels[np.newaxis])
+    gate = Gate(tier)
+    reader, answer = in_thread(lambda: tier.read(cut(SUPER)))
+    assert gate.entered.wait(WAIT_S)
+    reader.join(0.5)
+    assert reader.is_alive(), "the read answered before its page-in was stored"
+    gate.open()
+    reader.join(WAIT_S)
+    np.testing.assert_array_equal(answer[0][0], voxels)
+    assert tier._cache.resident([NAME]) == [True]
