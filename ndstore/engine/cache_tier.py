@@ -693,13 +693,15 @@ class _PageIns:
 
     def _store(self, objects: Mapping[str, Sequence[Blob]], meta: bytes, now: float, locks: ExitStack,
                reserved: int) -> None:
+        stored = 0
         try:
             for name, blobs in objects.items():
                 self._cache.page_in(name, {META: meta, **dict(enumerate(blobs))}, now)
+                stored += 1
         except Exception:
-            self._observer.count("cache_page_in_failures_total", len(objects))
+            self._observer.count("cache_page_in_failures_total", len(objects) - stored)
             log.warning("storing %d supercuboids paged in after their read failed; they stay not resident",
-                        len(objects), exc_info=True)
+                        len(objects) - stored, exc_info=True)
         finally:
             locks.close()
             self.give_back(reserved)
