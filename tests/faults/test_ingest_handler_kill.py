@@ -48,7 +48,11 @@ def upload_tiles(stack: Stack, job: dict[str, Any], volume: np.ndarray) -> None:
     with requests.Session() as store:
         while tasks := client.lease(shape.job_id, 10)["tasks"]:
             _upload_batch(client, store, shape, tasks, read, reports)
-    assert [reports.get()[0] for _ in range(reports.qsize())] == ["uploaded"] * 16
+    outcomes = [reports.get()[0] for _ in range(reports.qsize())]
+    # A lease lasts this stack's 3 s visibility timeout: on a slow machine a batch can outlast it
+    # and some of its tiles are leased and uploaded again (at least once, as SQS promises; the
+    # job's counters below still count each tile once).
+    assert set(outcomes) == {"uploaded"} and len(outcomes) >= 16, outcomes
 
 
 def channel_prefix(stack: Stack, collection: str) -> str:
