@@ -274,7 +274,7 @@ class CacheTier:
         now = self._clock()
         fetched: dict[str, list[Blob]] = {}
         for name, blobs in self._fetched(keys, dtype, grid):
-            self._cache.page_in(name, {META: _meta(dtype, grid), **dict(enumerate(blobs))}, now)
+            self._page_ins.store(name, blobs, _meta(dtype, grid), now)
             fetched[name] = _kept(blobs, keep[name])
             del blobs
         return fetched
@@ -603,8 +603,7 @@ class CacheTier:
         absent = self._cache.absent(name, range(count))
         if not absent:
             return {}
-        obj = next(iter(self._base.objects.get_many([SupercuboidKey.from_name(name).object_key])))[1]
-        blobs = _cuboids_of(obj, dtype, count)
+        _, blobs = next(self._fetched([SupercuboidKey.from_name(name)], dtype, grid))
         restored = {n: bytes(blobs[n]) for n in absent}
         self._cache.fill(name, restored)
         self._observer.count("cache_restores_total", len(absent))
@@ -679,9 +678,9 @@ class _PageIns:
         """Page in ``objects`` (name -> cuboid blobs) on a thread of its own, then close ``locks``
         and give back ``reserved``."""
         try:
-            future = self._threads.submit(self._store, objects, meta, now, locks, reserved)
+            future = self._threads.submit(self._store_and_release, objects, meta, now, locks, reserved)
         except RuntimeError:  # the interpreter is shutting down: store them now
-            self._store(objects, meta, now, locks, reserved)
+            self._store_and_release(objects, meta, now, locks, reserved)
             return
         with self._guard:
             self._pending.add(future)
@@ -691,12 +690,16 @@ class _PageIns:
         with self._guard:
             self._pending.discard(future)
 
-    def _store(self, objects: Mapping[str, Sequence[Blob]], meta: bytes, now: float, locks: ExitStack,
+    def store(self, name: str, blobs: Sequence[Blob], meta: bytes, now: float) -> None:
+        """Page in one fetched supercuboid now."""
+        self._cache.page_in(name, {META: meta, **dict(enumerate(blobs))}, now)
+
+    def _store_and_release(self, objects: Mapping[str, Sequence[Blob]], meta: bytes, now: float, locks: ExitStack,
                reserved: int) -> None:
         stored = 0
         try:
             for name, blobs in objects.items():
-                self._cache.page_in(name, {META: meta, **dict(enumerate(blobs))}, now)
+                self.store(name, blobs, meta, now)
                 stored += 1
         except Exception:
             self._observer.count("cache_page_in_failures_total", len(objects) - stored)
