@@ -138,7 +138,7 @@ class CacheTier:
         out = np.empty(cutout.shape, cutout.channel.dtype)
         if self._read_unlocked(cutout, plan, out):
             return out
-        self.guard(plan.names)
+        run = self.guard(plan.names)
         grid = plan.grid
         parts: dict[str, list[PlannedPart]] = {}
         wanted: dict[str, list[int]] = {}
@@ -147,7 +147,7 @@ class CacheTier:
             wanted.setdefault(planned.key.name, []).extend(n for n, _, _ in self._touching(planned.part, grid))
         for batch in self._batches(plan.keys, wanted, grid, out.dtype):
             self._read_batch(cutout, grid, batch, [p for k in batch for p in parts[k.name]],
-                             {k.name: wanted[k.name] for k in batch}, out)
+                             {k.name: wanted[k.name] for k in batch}, out, run)
         return out
 
     def settle(self) -> None:
@@ -192,20 +192,20 @@ class CacheTier:
         return True
 
     def _read_batch(self, cutout: Cutout, grid: Grid, keys: list[SupercuboidKey], parts: list[PlannedPart],
-                    wanted: dict[str, list[int]], out: Array) -> None:
+                    wanted: dict[str, list[int]], out: Array, run: str) -> None:
         names = [k.name for k in keys]
         blobs = None
         for attempt in range(5):
             # the last try takes write locks on them all: eviction needs those too, so cannot win again
             try:
-                blobs = self._read_blobs(keys, wanted, cutout.channel.dtype, grid, exclusive=attempt == 4)
+                blobs = self._read_blobs(keys, wanted, cutout.channel.dtype, grid, run, exclusive=attempt == 4)
             except DamagedInCache as exc:
                 self._repair(exc)
                 continue
             except _Forgotten as exc:
                 for name in exc.names:
                     with self._locks.write([name]):
-                        self._restore(name, cutout.channel.dtype, grid)
+                        self._restore(name, cutout.channel.dtype, grid, run)
                 continue
             if blobs is not None:
                 break
@@ -216,13 +216,14 @@ class CacheTier:
                 parts)
 
     def _read_blobs(self, keys: list[SupercuboidKey], wanted: dict[str, list[int]], dtype: np.dtype,
-                    grid: Grid, exclusive: bool = False) -> dict[str, Sequence[Blob | None]] | None:
+                    grid: Grid, run: str, exclusive: bool = False) -> dict[str, Sequence[Blob | None]] | None:
         """One consistent snapshot of the wanted cuboids: read locks on the resident
         supercuboids and write locks on the missing ones (on all of them if `exclusive`), all
         held together; the missing ones are fetched (each once, whoever gets its write lock first)
         and their blobs used straight away. They are paged in after the answer, by a `_PageIns`
         thread that then releases all these locks, or, without room there, before. None when a
-        supercuboid was evicted before its read lock was taken."""
+        supercuboid was evicted before its read lock was taken. ``run``: the cache's checked mark
+        read before the fetch (`guard`); a page-in is stored only while it is still the cache's."""
         names = [k.name for k in keys]
         was_resident = dict(zip(names, [False] * len(names) if exclusive else self._cache.resident(names)))
         missing = [k for k in keys if not was_resident[k.name]]
@@ -243,9 +244,9 @@ class CacheTier:
                     self._page_ins.give_back(room)
                     raise
                 fetched = {name: _kept(found, wanted[name]) for name, found in objects.items()}
-                self._page_ins.store_later(objects, _meta(dtype, grid), self._clock(), locked.pop_all(), room)
+                self._page_ins.store_later(objects, _meta(dtype, grid), self._clock(), run, locked.pop_all(), room)
             else:  # stored now, one object at a time, so a thin read does not hold them all
-                fetched = self._fetch(absent, dtype, grid, wanted)
+                fetched = self._fetch(absent, dtype, grid, wanted, run)
         forgotten = [n for n, found in blobs.items() if any(b is None for b in found)]
         if forgotten:
             raise _Forgotten(forgotten)
@@ -267,14 +268,14 @@ class CacheTier:
                             map if serial else partial(map_ordered, self._codec))
 
     def _fetch(self, keys: Sequence[SupercuboidKey], dtype: np.dtype, grid: Grid,
-               keep: Mapping[str, Sequence[int]]) -> dict[str, list[Blob]]:
+               keep: Mapping[str, Sequence[int]], run: str) -> dict[str, list[Blob]]:
         """Copy supercuboids from the base tier into the cache, a read window of them fetched at
         once; return the blobs of the cuboids ``keep`` names in each: views of the fetched object
         when they are most of it, copies when they are a few, so the object is not held for them."""
         now = self._clock()
         fetched: dict[str, list[Blob]] = {}
         for name, blobs in self._fetched(keys, dtype, grid):
-            self._page_ins.store(name, blobs, _meta(dtype, grid), now)
+            self._page_ins.store(name, blobs, _meta(dtype, grid), now, run)
             fetched[name] = _kept(blobs, keep[name])
             del blobs
         return fetched
@@ -296,12 +297,12 @@ class CacheTier:
             raise InvalidBody(f"data {data.shape} {data.dtype} does not fit the box {cutout.shape}")
         if self._write_unlocked(cutout, data):
             return
-        self.guard(cutout.plan().names)
+        run = self.guard(cutout.plan().names)
         try:
-            self._write(cutout, data)
+            self._write(cutout, data, run)
         except DamagedInCache as exc:  # a partly covered cuboid to merge into: dropped, paged in again
             self._repair(exc)
-            self._write(cutout, data)
+            self._write(cutout, data, run)
 
     def _write_unlocked(self, cutout: Cutout, data: Array) -> bool:
         """The optimistic small write (see the module's docstring); False when it does not apply
@@ -328,7 +329,7 @@ class CacheTier:
         expected = {name: dict(zip(partly[name], seen[name][1])) for name in partly}
         return self._cache.commit_unlocked(new, expected, keys, self._clock())
 
-    def _write(self, cutout: Cutout, data: Array) -> None:
+    def _write(self, cutout: Cutout, data: Array, run: str) -> None:
         plan = cutout.plan()
         grid, keys = plan.grid, plan.keys
         touching = {p.key.name: self._touching(p.part, grid) for p in plan.parts}
@@ -341,9 +342,9 @@ class CacheTier:
             whole = int(np.prod(grid.cuboids_per_super))
             paged = self._fetch([k for k in keys if old[k.name] is None
                                  and (partly[k.name] or len(touching[k.name]) < whole)], cutout.channel.dtype, grid,
-                                partly)
+                                partly, run)
             old.update(paged)
-            old.update({name: self._completed(name, cutout.channel.dtype, grid, partly[name], found)
+            old.update({name: self._completed(name, cutout.channel.dtype, grid, partly[name], found, run)
                         for name, found in old.items() if found is not None})
             run_all(self._pool, lambda p: self._merge(p, grid, data[p.time_index][p.part.in_box(cutout.box)],
                                                       touching[p.key.name],
@@ -528,15 +529,17 @@ class CacheTier:
         return self._base.purge(channel)
 
     # -- loss: the checked mark, the ledger, lost supercuboids (ndstore/engine/ledger.py) ----------
-    def guard(self, names: Sequence[str]) -> None:
+    def guard(self, names: Sequence[str]) -> str:
         """Raise DataLost when one of ``names`` is marked lost. A Redis without its checked mark
-        (it restarted empty, or is another one) is checked against its ledger first."""
-        marked, lost = self._cache.loss_marks(names)
-        if not marked:
+        (it restarted empty, or is another one) is checked against its ledger first. Returns the
+        mark (the run), "" when there still is none: what the caller's page-ins are stored under."""
+        run, lost = self._cache.loss_marks(names)
+        if run is None:
             self.verify()
-            marked, lost = self._cache.loss_marks(names)
+            run, lost = self._cache.loss_marks(names)
         if lost:
             raise DataLost(lost_message(lost), sorted(lost))
+        return run or ""
 
     def verify(self) -> Verdict | None:
         """Check the cache Redis against its ledger (ndstore/engine/ledger.py); None: nothing lost."""
@@ -584,28 +587,31 @@ class CacheTier:
         self.ledger.record_refused()
 
     def _completed(self, name: str, dtype: np.dtype, grid: Grid, numbers: Sequence[int],
-                   found: Sequence[Blob | None]) -> list[Blob | None]:
+                   found: Sequence[Blob | None], run: str | None = None) -> list[Blob | None]:
         """``found`` (the blobs of cuboids ``numbers``), with any the cache forgot restored."""
         if all(b is not None for b in found):
             return list(found)
-        restored = self._restore(name, dtype, grid)
+        restored = self._restore(name, dtype, grid, run)
         return [restored[n] if b is None else b for n, b in zip(numbers, found)]
 
-    def _restore(self, name: str, dtype: np.dtype, grid: Grid) -> dict[int, bytes]:
+    def _restore(self, name: str, dtype: np.dtype, grid: Grid, run: str | None = None) -> dict[int, bytes]:
         """The clean cuboids a resident supercuboid lacks, read again from the base tier and stored
         again (unlogged, as a page-in's); returns them. Page-ins are not logged, so a Redis that
         restarted from its AOF holds of a supercuboid only what writes stored: a cuboid absent from
         it was paged in and not written since, and the base tier holds it as it was paged in (the
         base tier changes under a cached supercuboid only by its write-back, or after its eviction,
         which is logged). The caller holds its write lock, or a read lock: then the only other
-        writer of these fields is another restore, storing the same bytes."""
+        writer of these fields is another restore, storing the same bytes. Stored only in ``run``
+        (the caller's `guard`; None: the mark as it is now, before the fetch)."""
         count = int(np.prod(grid.cuboids_per_super))
         absent = self._cache.absent(name, range(count))
         if not absent:
             return {}
+        if run is None:
+            run = self._cache.loss_marks([])[0] or ""
         _, blobs = next(self._fetched([SupercuboidKey.from_name(name)], dtype, grid))
         restored = {n: bytes(blobs[n]) for n in absent}
-        self._cache.fill(name, restored)
+        self._cache.fill(name, restored, run)
         self._observer.count("cache_restores_total", len(absent))
         log.info("restored %d clean cuboids of %s from the base tier (not logged by their page-in)", len(absent), name)
         return restored
@@ -673,14 +679,14 @@ class _PageIns:
         with self._guard:
             self._held -= reserved
 
-    def store_later(self, objects: Mapping[str, Sequence[Blob]], meta: bytes, now: float, locks: ExitStack,
-                    reserved: int) -> None:
+    def store_later(self, objects: Mapping[str, Sequence[Blob]], meta: bytes, now: float, run: str,
+                    locks: ExitStack, reserved: int) -> None:
         """Page in ``objects`` (name -> cuboid blobs) on a thread of its own, then close ``locks``
         and give back ``reserved``."""
         try:
-            future = self._threads.submit(self._store_and_release, objects, meta, now, locks, reserved)
+            future = self._threads.submit(self._store_and_release, objects, meta, now, run, locks, reserved)
         except RuntimeError:  # the interpreter is shutting down: store them now
-            self._store_and_release(objects, meta, now, locks, reserved)
+            self._store_and_release(objects, meta, now, run, locks, reserved)
             return
         with self._guard:
             self._pending.add(future)
@@ -690,16 +696,16 @@ class _PageIns:
         with self._guard:
             self._pending.discard(future)
 
-    def store(self, name: str, blobs: Sequence[Blob], meta: bytes, now: float) -> None:
-        """Page in one fetched supercuboid now."""
-        self._cache.page_in(name, {META: meta, **dict(enumerate(blobs))}, now)
+    def store(self, name: str, blobs: Sequence[Blob], meta: bytes, now: float, run: str) -> None:
+        """Page in one fetched supercuboid now, if the cache is still in ``run``."""
+        self._cache.page_in(name, {META: meta, **dict(enumerate(blobs))}, now, run)
 
-    def _store_and_release(self, objects: Mapping[str, Sequence[Blob]], meta: bytes, now: float, locks: ExitStack,
-               reserved: int) -> None:
+    def _store_and_release(self, objects: Mapping[str, Sequence[Blob]], meta: bytes, now: float, run: str,
+                           locks: ExitStack, reserved: int) -> None:
         stored = 0
         try:
             for name, blobs in objects.items():
-                self.store(name, blobs, meta, now)
+                self.store(name, blobs, meta, now, run)
                 stored += 1
         except Exception:
             self._observer.count("cache_page_in_failures_total", len(objects) - stored)

@@ -118,12 +118,15 @@ class CuboidCache(Holdings, Protocol):
 
     def put(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float, dirty: bool) -> None: ...
 
-    def page_in(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float) -> None:
+    def page_in(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float, run: str) -> None:
         """Clean cuboids copied from the base tier, the supercuboid then resident; the store may
-        forget them in a restart (they are not logged): see `absent` and `fill`."""
+        forget them in a restart (they are not logged): see `absent` and `fill`. Refused
+        (RedisUnverified) unless the store is still in ``run``, the mark `loss_marks` gave
+        before the copy was fetched."""
 
-    def fill(self, name: str, blobs: Mapping[int, bytes | memoryview]) -> None:
-        """Clean cuboids a resident supercuboid lacks, copied from the base tier, as `page_in` stores them."""
+    def fill(self, name: str, blobs: Mapping[int, bytes | memoryview], run: str) -> None:
+        """Clean cuboids a resident supercuboid lacks, copied from the base tier, as `page_in`
+        stores them; a cuboid stored since it was found absent is kept."""
 
     def absent(self, name: str, numbers: Sequence[int]) -> list[int]: ...
 
@@ -148,8 +151,9 @@ class CuboidCache(Holdings, Protocol):
 
     def count(self) -> tuple[int, int]: ...
 
-    def loss_marks(self, names: Sequence[str]) -> tuple[bool, dict[str, str]]:
-        """(whether the epoch mark is there, why each of ``names`` that is marked lost was lost)."""
+    def loss_marks(self, names: Sequence[str]) -> tuple[str | None, dict[str, str]]:
+        """(the epoch mark of this checked run, None when there is none; why each of ``names``
+        that is marked lost was lost)."""
 
     def mark_lost(self, reasons: Mapping[str, str]) -> None: ...
 

@@ -33,6 +33,7 @@ SEQS = "{ndc:dirty}:seqs"
 EPOCH = "{ndc:dirty}:epoch"
 LOST = "{ndc:dirty}:lost"
 UNVERIFIED = "UNVERIFIED"
+STALE_RUN = "STALE_RUN"
 # Redis appends each write command to its AOF buffer, which grows by at most 1 MiB at a time: a
 # 16 MiB HSET of a whole supercuboid is copied over and over (measured: 250 MB/s). Commands of
 # 8 cuboids (about 2 MiB) went at about 1 GB/s.
@@ -132,15 +133,29 @@ return 1"""
 # After a restart a supercuboid that was written holds what its writes logged; the cuboids it
 # lacks are clean and read again from the base tier (see CacheTier._restore and
 # docs/design/cache-tier.md, "Page-ins are not logged").
-# KEYS: the hash; ARGV: field, value pairs.
+# A copy is stored only in the run it was fetched in (EPOCH still the mark the caller read before
+# it fetched): one fetched before a restart that lost the Redis's data (and with it the lock the
+# copy was fetched under) would otherwise land over what a writer stored since. A fill (of the
+# cuboids a resident supercuboid lacks) sets only fields still absent: a writer's never lose to it.
+# KEYS: the hash, EPOCH; ARGV: the run, '1' to set only absent cuboids, then (cuboid, blob, digest
+# field, digest) quads.
 _FILL = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return redis.error_reply('STALE_RUN') end
 redis.set_repl(redis.REPL_NONE)
-redis.call('HSET', KEYS[1], unpack(ARGV))
+if ARGV[2] == '1' then
+  for i = 3, #ARGV, 4 do
+    if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 0 then
+      redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+    end
+  end
+else
+  redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+end
 return 1"""
 # A paged-in supercuboid marked resident, unlogged too (after a restart it is simply not
-# resident), and only in a Redis whose holdings were checked. KEYS: INDEX, EPOCH; ARGV: name, now.
+# resident), and only in the run its copy was fetched in. KEYS: INDEX, EPOCH; ARGV: name, now, run.
 _PAGED_IN = """
-if redis.call('EXISTS', KEYS[2]) == 0 then return redis.error_reply('UNVERIFIED') end
+if redis.call('GET', KEYS[2]) ~= ARGV[3] then return redis.error_reply('STALE_RUN') end
 redis.set_repl(redis.REPL_NONE)
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 return 1"""
@@ -307,35 +322,37 @@ class RedisCuboidCache:
         self._do(lambda: self._commit(keys=[main, _staging(name), INDEX, DIRTY, SEQ, SEQS, EPOCH],
                                       args=[name, now, int(dirty), int(staged), *pairs]))
 
-    def page_in(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float) -> None:
+    def page_in(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float, run: str) -> None:
         """Store a supercuboid's clean cuboids, copied from the base tier, and mark it resident,
         neither logged to the AOF (see _FILL). The caller holds its write lock and it was not
         resident: a page-in that dies half way leaves it not resident, and the next one writes
-        every field again. Refused (RedisUnverified) in a Redis whose holdings were not checked.
-        On a Cluster, logged as `put` stores (its replicas would otherwise lack them)."""
+        every field again. Refused (RedisUnverified) unless this Redis is still in ``run`` (its
+        checked mark, read before the copy was fetched). On a Cluster, logged as `put` stores
+        (its replicas would otherwise lack them), and the mark (in another slot) only exists."""
         if self._cluster:
             self.put(name, blobs, now, dirty=False)
             return
         pipe = self._redis.pipeline(transaction=False)
-        self._fill_into(pipe, name, blobs)
-        pipe.eval(_PAGED_IN, 2, INDEX, EPOCH, name, now)
+        self._fill_into(pipe, name, blobs, run, only_absent=False)
+        pipe.eval(_PAGED_IN, 2, INDEX, EPOCH, name, now, run)
         self._do(pipe.execute)
 
-    def fill(self, name: str, blobs: Mapping[int, bytes | memoryview]) -> None:
+    def fill(self, name: str, blobs: Mapping[int, bytes | memoryview], run: str) -> None:
         """Store clean cuboids a resident supercuboid lacks (copied from the base tier), unlogged
-        as a page-in's. Each blob goes in one command with its digest."""
+        as a page-in's and only in ``run``; a cuboid stored since (a write) is left as it is."""
         pipe = self._redis.pipeline(transaction=False)
-        self._fill_into(pipe, name, blobs)
+        self._fill_into(pipe, name, blobs, run, only_absent=True)
         self._do(pipe.execute)
 
-    def _fill_into(self, pipe: Any, name: str, blobs: Mapping[int, bytes | memoryview]) -> None:
+    def _fill_into(self, pipe: Any, name: str, blobs: Mapping[int, bytes | memoryview], run: str,
+                   only_absent: bool) -> None:
         items = list(blobs.items())
         for at in range(0, len(items), FIELDS_PER_COMMAND):
-            pairs = [v for n, b in items[at:at + FIELDS_PER_COMMAND] for v in (str(n), b, digest_field(n), _digest(b))]
+            quads = [v for n, b in items[at:at + FIELDS_PER_COMMAND] for v in (str(n), b, digest_field(n), _digest(b))]
             if self._cluster:
-                pipe.hset(_hash(name), mapping=dict(zip(pairs[::2], pairs[1::2])))
+                pipe.hset(_hash(name), mapping=dict(zip(quads[::2], quads[1::2])))
             else:
-                pipe.eval(_FILL, 1, _hash(name), *pairs)
+                pipe.eval(_FILL, 2, _hash(name), EPOCH, run, int(only_absent), *quads)
 
     def absent(self, name: str, numbers: Sequence[int]) -> list[int]:
         """Which of ``numbers`` (cuboids, or META's -1) have no field in the supercuboid's hash."""
@@ -406,13 +423,14 @@ class RedisCuboidCache:
     def clear_epoch(self) -> None:
         self._do(lambda: self._redis.delete(EPOCH))
 
-    def loss_marks(self, names: Sequence[str]) -> tuple[bool, dict[str, str]]:
+    def loss_marks(self, names: Sequence[str]) -> tuple[str | None, dict[str, str]]:
         pipe = self._redis.pipeline(transaction=False)
-        pipe.exists(EPOCH)
+        pipe.get(EPOCH)
         if names:
             pipe.hmget(LOST, list(names))
-        marked, *why = self._do(pipe.execute)
-        return bool(marked), {n: w.decode() for n, w in zip(names, why[0] if why else []) if w is not None}
+        run, *why = self._do(pipe.execute)
+        return run.decode() if run else None, {n: w.decode() for n, w in zip(names, why[0] if why else [])
+                                                if w is not None}
 
     def mark_lost(self, reasons: Mapping[str, str]) -> None:
         if reasons:
@@ -431,9 +449,13 @@ class RedisCuboidCache:
         try:
             return fn()
         except redis.ResponseError as exc:
-            if str(exc).startswith(UNVERIFIED):
+            reply = str(exc).rpartition("caused error: ")[2]  # a pipeline's error names its command first
+            if reply.startswith(UNVERIFIED):
                 raise RedisUnverified("the cache Redis has not been checked against its ledger since it started; "
                                       "nothing is stored in it until it is (retry shortly)") from exc
+            if reply.startswith(STALE_RUN):
+                raise RedisUnverified("the cache Redis restarted without its data while a copy from the base tier "
+                                      "was on its way in; it was not stored (retry)") from exc
             raise StorageError(f"cache tier unavailable: {exc}") from exc
         except redis.RedisError as exc:
             raise StorageError(f"cache tier unavailable: {exc}") from exc

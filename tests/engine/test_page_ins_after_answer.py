@@ -162,3 +162,27 @@ def test_without_room_a_read_stores_its_page_ins_before_it_answers(tmp_path: Pat
     reader.join(WAIT_S)
     np.testing.assert_array_equal(answer[0][0], voxels)
     assert tier._cache.resident([NAME]) == [True]
+
+
+def test_a_page_in_held_across_a_restart_that_lost_the_redis_does_not_land_over_a_later_write(
+        stored: tuple[CacheTier, np.ndarray], redis_url: str) -> None:
+    """The Redis restarts without its data while a page-in is on its way in: its checked mark and
+    the lock the page-in holds are gone, so a writer in the new run pages the supercuboid in
+    again and writes. The old page-in (fetched in the old run) must not land over that write; it
+    fails, and the supercuboid holds the write, in the cache and after its write-back. (Without
+    the run check the old copy is stored over the writer's cuboids: the write is lost.)"""
+    tier, voxels = stored
+    gate = Gate(tier)
+    np.testing.assert_array_equal(tier.read(cut(SUPER))[0], voxels)
+    assert gate.entered.wait(WAIT_S)
+    redis.Redis.from_url(redis_url).flushdb()  # the restart: marks, locks and cuboids gone
+    del tier._cache.page_in  # the writer's own page-in is not held back
+    new = np.full(SMALL.shape_zyx, 7, np.uint8)
+    tier.write(cut(SMALL), new[np.newaxis])  # checks the new Redis (a new run), pages in, writes
+    gate.open()
+    tier.settle()
+    expected = voxels.copy()
+    expected[SMALL.slices_zyx()] = 7
+    np.testing.assert_array_equal(tier.read(cut(SUPER))[0], expected)
+    tier.flush_all()
+    np.testing.assert_array_equal(tier.read_raw(cut(SUPER))[0], expected)

@@ -186,3 +186,25 @@ def test_a_small_read_writes_nothing_to_the_aof(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_copy_from_the_base_tier_lands_only_in_its_run_and_never_over_a_write(redis_url: str) -> None:
+    """The adapter's side of the run check (ndstore/storage/redis_cache.py, _FILL): a page-in or
+    fill carrying another run's mark stores nothing; a fill keeps a cuboid written since it was
+    found absent."""
+    from ndstore.core.errors import RedisUnverified
+    from ndstore.storage import redis_client
+    from ndstore.storage.redis_cache import RedisCuboidCache
+
+    redis.Redis.from_url(redis_url).flushdb()
+    cache = RedisCuboidCache(redis_client.connect(redis_url))
+    cache.start_epoch("run-b", 0)
+    with pytest.raises(RedisUnverified, match="restarted without its data"):
+        cache.page_in("sc", {0: b"old", 1: b"old"}, 1.0, "run-a")
+    assert cache.resident(["sc"]) == [False] and cache.absent("sc", [0, 1]) == [0, 1]
+    with pytest.raises(RedisUnverified):
+        cache.fill("sc", {0: b"old"}, "run-a")
+    assert cache.absent("sc", [0]) == [0]
+    cache.put("sc", {0: b"written"}, 2.0, dirty=True)
+    cache.fill("sc", {0: b"old", 1: b"clean"}, "run-b")
+    assert cache.get_many({"sc": [0, 1]})["sc"] == [b"written", b"clean"]
