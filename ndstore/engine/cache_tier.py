@@ -18,9 +18,12 @@ times and assemble. The fetched supercuboids are stored in the cache (paged in) 
 has its blobs, by a background thread to which the read hands its locks: the answer does not
 wait for Redis to store them, and no one can change or read them through the cache before they
 are stored (see `_PageIns`). Locks go when the page-in is done.
-Write: under write locks, page in what is missing, merge partly covered cuboids, store the new
-cuboid blobs and mark the supercuboids dirty; the flusher writes them back (or, for a
-write-through channel, the write does before it returns).
+Write: under write locks, merge partly covered cuboids (of a supercuboid not resident, read from
+the base tier: it is not paged in first), store the new cuboid blobs and mark the supercuboids
+resident and dirty; the flusher writes them back (or, for a write-through channel, the write does
+before it returns). The rest of an object the write fetched is stored after it answers, like a
+read's page-in. A resident supercuboid's absent cuboids are clean (the base tier holds them);
+what needs one restores them (`_restore`).
 Coherence (`read_base`, `write_base`, `rewrite_supercuboid`): under read locks, dirty cached
 copies are written back before the base tier is read; under write locks, cached copies are
 written back if dirty and dropped before the base tier is changed, so no stale copy stays
@@ -334,22 +337,41 @@ class CacheTier:
         grid, keys = plan.grid, plan.keys
         touching = {p.key.name: self._touching(p.part, grid) for p in plan.parts}
         partly = {name: [n for n, cbox, sub in items if sub != cbox] for name, items in touching.items()}
-        with self._ledger_kept() as written_back, self._locks.write([k.name for k in keys]):
+        dtype = cutout.channel.dtype
+        with self._ledger_kept() as written_back, ExitStack() as locked:
+            locked.enter_context(self._locks.write([k.name for k in keys]))
             # whether each supercuboid is resident and its partly covered cuboids, in one round
-            # trip; one that is not resident is paged in whole first
+            # trip. One that is not is not paged in first: the write stores the cuboids it touches
+            # (its partly covered ones merged into the base tier's, fetched), and the rest of a
+            # fetched object is stored after the write returns, by a `_PageIns` thread to which
+            # the write hands its locks (without room there, and for what was never fetched, the
+            # rest stays absent: clean cuboids the base tier holds, restored where needed)
             old: dict[str, Sequence[Blob | None] | None] = {**self._cache.get_if_resident(partly)}
-            # a supercuboid the write replaces whole needs nothing of the old one
-            whole = int(np.prod(grid.cuboids_per_super))
-            paged = self._fetch([k for k in keys if old[k.name] is None
-                                 and (partly[k.name] or len(touching[k.name]) < whole)], cutout.channel.dtype, grid,
-                                partly, run)
-            old.update(paged)
-            old.update({name: self._completed(name, cutout.channel.dtype, grid, partly[name], found, run)
+            old.update({name: self._completed(name, dtype, grid, partly[name], found, run)
                         for name, found in old.items() if found is not None})
-            run_all(self._pool, lambda p: self._merge(p, grid, data[p.time_index][p.part.in_box(cutout.box)],
-                                                      touching[p.key.name],
-                                                      dict(zip(partly[p.key.name], old[p.key.name] or []))),
-                    plan.parts)
+            cold = [k for k in keys if old[k.name] is None and partly[k.name]]
+            room = self._page_ins.reserve(len(cold) * grid.supercuboid_bytes(dtype.itemsize)) if cold else 0
+            objects: dict[str, Sequence[Blob]] = {}
+            try:
+                for name, blobs in self._fetched(cold, dtype, grid):
+                    old[name] = _kept(blobs, partly[name])
+                    if room:
+                        objects[name] = blobs
+                    del blobs
+                run_all(self._pool, lambda p: self._merge(p, grid, data[p.time_index][p.part.in_box(cutout.box)],
+                                                          touching[p.key.name],
+                                                          dict(zip(partly[p.key.name], old[p.key.name] or []))),
+                        plan.parts)
+                rests = {name: _untouched(blobs, touching[name]) for name, blobs in objects.items()}
+                if rests and cutout.channel.write_through:  # written back now: complete them first
+                    for name, rest in rests.items():
+                        self._cache.fill(name, rest, run)
+                elif rests:
+                    self._page_ins.fill_later(rests, run, locked.pop_all(), room)
+                    room = 0
+            finally:
+                if room:
+                    self._page_ins.give_back(room)
             if cutout.channel.write_through:
                 written_back.extend(self._flush_locked(key.name) for key in keys)
 
@@ -595,13 +617,14 @@ class CacheTier:
         return [restored[n] if b is None else b for n, b in zip(numbers, found)]
 
     def _restore(self, name: str, dtype: np.dtype, grid: Grid, run: str | None = None) -> dict[int, bytes]:
-        """The clean cuboids a resident supercuboid lacks, read again from the base tier and stored
-        again (unlogged, as a page-in's); returns them. Page-ins are not logged, so a Redis that
-        restarted from its AOF holds of a supercuboid only what writes stored: a cuboid absent from
-        it was paged in and not written since, and the base tier holds it as it was paged in (the
-        base tier changes under a cached supercuboid only by its write-back, or after its eviction,
-        which is logged). The caller holds its write lock, or a read lock: then the only other
-        writer of these fields is another restore, storing the same bytes. Stored only in ``run``
+        """The clean cuboids a resident supercuboid lacks, read from the base tier and stored (unlogged,
+        as a page-in's); returns them. A cuboid absent from a resident supercuboid was not written
+        since it became resident: a write to a supercuboid not resident stores only the cuboids it
+        touches, and page-ins are not logged, so a Redis that restarted from its AOF holds only
+        what writes stored. The base tier holds it as it was then (the base tier changes under a
+        cached supercuboid only by its write-back, or after its eviction, which is logged). The
+        caller holds its write lock, or a read lock: then the only other writer of these fields
+        is another restore, storing the same bytes. Stored only in ``run``
         (the caller's `guard`; None: the mark as it is now, before the fetch)."""
         count = int(np.prod(grid.cuboids_per_super))
         absent = self._cache.absent(name, range(count))
@@ -613,7 +636,7 @@ class CacheTier:
         restored = {n: bytes(blobs[n]) for n in absent}
         self._cache.fill(name, restored, run)
         self._observer.count("cache_restores_total", len(absent))
-        log.info("restored %d clean cuboids of %s from the base tier (not logged by their page-in)", len(absent), name)
+        log.info("restored %d clean cuboids of %s from the base tier", len(absent), name)
         return restored
 
     def _repair(self, damage: DamagedInCache) -> None:
@@ -638,6 +661,12 @@ def _cuboids_of(obj: bytes | None, dtype: np.dtype, count: int) -> Sequence[Blob
     return blobs
 
 
+def _untouched(blobs: Sequence[Blob], touching: list[Any]) -> dict[int, Blob]:
+    """The blobs of the cuboids a write did not touch (``touching``: its (number, ...) items)."""
+    touched = {number for number, _, _ in touching}
+    return {n: b for n, b in enumerate(blobs) if n not in touched}
+
+
 def _kept(blobs: Sequence[Blob], numbers: Sequence[int]) -> list[Blob]:
     """The blobs of cuboids ``numbers``: views of the fetched object when they are most of it,
     copies when they are a few, so the object is not held for them."""
@@ -646,16 +675,18 @@ def _kept(blobs: Sequence[Blob], numbers: Sequence[int]) -> list[Blob]:
 
 
 class _PageIns:
-    """Page-ins that finish after their read has answered. Storing a fetched supercuboid in Redis
-    (copying ~14 MB of cuboids into it) took about a third of a cold 16 MiB read's time, during
-    which the read's thread only waited. The read hands its locks to a thread here, which stores
-    the supercuboids and then releases them: until then their write locks keep every other reader
-    and writer out (they wait, then find them resident), so a page-in still copies what the base
-    tier holds, and nothing else can see them half stored. The objects such page-ins hold are
-    counted against ``room`` bytes (raw supercuboids) per process; a read that would exceed it
-    stores its page-ins before it answers, as before. A page-in that fails here leaves its
-    supercuboids not resident (the next read pages them in again): the read's answer came from
-    the base tier and stays right."""
+    """Page-ins that finish after their read (or write) has answered. Storing a fetched supercuboid
+    in Redis (copying ~14 MB of cuboids into it) took about a third of a cold 16 MiB read's time,
+    during which the read's thread only waited. The read hands its locks to a thread here, which
+    stores the supercuboids and then releases them: until then their write locks keep every other
+    reader and writer out (they wait, then find them resident), so a page-in still copies what the
+    base tier holds, and nothing else can see them half stored. A write into a supercuboid not
+    resident hands over the rest of the object it fetched the same way (`fill_later`). The
+    objects such page-ins hold are counted against ``room`` bytes (raw supercuboids) per process;
+    a read that would exceed it stores its page-ins before it answers, as before (a write leaves
+    the rest absent, restored where needed). A page-in that fails here leaves its supercuboids
+    not resident (the next read pages them in again), and a write's rest absent: the read's
+    answer came from the base tier and stays right, and the write's cuboids were stored."""
 
     def __init__(self, room: int, cache: CuboidCache, observer: Observer):
         self._cache = cache
@@ -683,10 +714,19 @@ class _PageIns:
                     locks: ExitStack, reserved: int) -> None:
         """Page in ``objects`` (name -> cuboid blobs) on a thread of its own, then close ``locks``
         and give back ``reserved``."""
+        self._later(lambda name, blobs: self.store(name, blobs, meta, now, run), objects, locks, reserved)
+
+    def fill_later(self, rests: Mapping[str, Mapping[int, Blob]], run: str, locks: ExitStack, reserved: int) -> None:
+        """As `store_later`, for the cuboids of resident supercuboids a write did not store
+        (name -> cuboid number -> blob), from the objects it fetched."""
+        self._later(lambda name, blobs: self._cache.fill(name, blobs, run), rests, locks, reserved)
+
+    def _later(self, store_one: Callable[[str, Any], None], items: Mapping[str, Any], locks: ExitStack,
+               reserved: int) -> None:
         try:
-            future = self._threads.submit(self._store_and_release, objects, meta, now, run, locks, reserved)
+            future = self._threads.submit(self._store_and_release, store_one, items, locks, reserved)
         except RuntimeError:  # the interpreter is shutting down: store them now
-            self._store_and_release(objects, meta, now, run, locks, reserved)
+            self._store_and_release(store_one, items, locks, reserved)
             return
         with self._guard:
             self._pending.add(future)
@@ -700,17 +740,18 @@ class _PageIns:
         """Page in one fetched supercuboid now, if the cache is still in ``run``."""
         self._cache.page_in(name, {META: meta, **dict(enumerate(blobs))}, now, run)
 
-    def _store_and_release(self, objects: Mapping[str, Sequence[Blob]], meta: bytes, now: float, run: str,
-                           locks: ExitStack, reserved: int) -> None:
+    def _store_and_release(self, store_one: Callable[[str, Any], None], items: Mapping[str, Any], locks: ExitStack,
+                           reserved: int) -> None:
         stored = 0
         try:
-            for name, blobs in objects.items():
-                self.store(name, blobs, meta, now, run)
+            for name, blobs in items.items():
+                store_one(name, blobs)
                 stored += 1
         except Exception:
-            self._observer.count("cache_page_in_failures_total", len(objects) - stored)
-            log.warning("storing %d supercuboids paged in after their read failed; they stay not resident",
-                        len(objects) - stored, exc_info=True)
+            self._observer.count("cache_page_in_failures_total", len(items) - stored)
+            log.warning("storing %d supercuboids fetched for a read or write that answered first failed; what they "
+                        "lack stays out of the cache (read from the base tier when needed)", len(items) - stored,
+                        exc_info=True)
         finally:
             locks.close()
             self.give_back(reserved)

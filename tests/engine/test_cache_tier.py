@@ -121,8 +121,9 @@ def test_concurrent_misses_fetch_once(cache_tier: CacheTier) -> None:
 
 
 def test_a_write_that_replaces_a_supercuboid_whole_reads_nothing_of_the_old_one(cache_tier: CacheTier) -> None:
-    """No page-in for a supercuboid the write covers whole; one it covers in part is paged in,
-    and both read back exactly, from the cache and, once written back, from the base tier."""
+    """No page-in for a supercuboid the write covers whole; one it covers in part has its partly
+    covered cuboids read from the base tier (one GET), and both read back exactly, from the cache
+    and, once written back, from the base tier."""
     sc = CHANNEL.grid(0).supercuboid
     cache_tier._base.write(cut(Box((0, 0, 0), EXTENT.hi)), np.full((1, *EXTENT.shape_zyx), 7, np.uint16))
     fetched = count_base_gets(cache_tier)
@@ -140,6 +141,55 @@ def test_a_write_that_replaces_a_supercuboid_whole_reads_nothing_of_the_old_one(
     np.testing.assert_array_equal(cache_tier.read(cut(Box((0, 0, 0), EXTENT.hi))), expected)
     cache_tier.flush_all()
     np.testing.assert_array_equal(cache_tier.read_raw(cut(Box((0, 0, 0), EXTENT.hi))), expected)
+
+
+def test_a_write_to_a_supercuboid_not_resident_stores_the_cuboids_it_touches_first(cache_tier: CacheTier) -> None:
+    """A write into a supercuboid not in the cache is not held up by a page-in: cuboids it covers
+    whole need nothing from the base tier, and the rest of the supercuboid stays absent (clean:
+    the base tier holds it) until something needs it and restores it; a write that merges into
+    cuboids it covers in part fetches the object once, stores its cuboids, answers, and the rest
+    of the object is stored afterwards, under the write's lock. Every voxel reads back, from the
+    cache and from the base tier."""
+    import threading
+
+    grid = CHANNEL.grid(0)
+    cub, sc = grid.cuboid, grid.supercuboid
+    per_super = int(np.prod(grid.cuboids_per_super))
+    old = np.random.default_rng(3).integers(1, 60000, (1, *EXTENT.shape_zyx), dtype=np.uint16)
+    cache_tier._base.write(cut(Box((0, 0, 0), EXTENT.hi)), old)
+    fetched = count_base_gets(cache_tier)
+    covered = Box((0, 0, 0), (2 * cub[0], cub[1], cub[2]))  # two cuboids of the first supercuboid, whole
+    cache_tier.write(cut(covered), np.full((1, *covered.shape_zyx), 5, np.uint16))
+    assert fetched == []
+    [name] = cut(covered).plan().names
+    assert len(cache_tier._cache.absent(name, range(per_super))) == per_super - 2
+
+    held, go = threading.Event(), threading.Event()
+    real_fill = cache_tier._cache.fill
+
+    def held_fill(*args: Any) -> None:
+        held.set()
+        assert go.wait(10)
+        real_fill(*args)
+
+    cache_tier._cache.fill = held_fill  # type: ignore[method-assign]
+    part = Box((sc[0] + 3, 4, 1), (sc[0] + 9, 9, 4))  # inside one cuboid of the second, in part
+    cache_tier.write(cut(part), np.full((1, *part.shape_zyx), 9, np.uint16))  # returns with the rest held
+    assert len(fetched) == 1 and held.wait(10)
+    [other] = cut(part).plan().names
+    assert len(cache_tier._cache.absent(other, range(per_super))) == per_super - 1
+    go.set()
+    cache_tier.settle()
+    del cache_tier._cache.fill
+    assert cache_tier._cache.absent(other, range(per_super)) == []
+    expected = old.copy()
+    expected[(0, *covered.slices_zyx())] = 5
+    expected[(0, *part.slices_zyx())] = 9
+    whole = Box((0, 0, 0), EXTENT.hi)
+    np.testing.assert_array_equal(cache_tier.read(cut(whole)), expected)
+    assert cache_tier._cache.absent(name, range(per_super)) == []
+    cache_tier.flush_all()
+    np.testing.assert_array_equal(cache_tier.read_raw(cut(whole)), expected)
 
 
 def test_all_zero_supercuboids_are_cached_as_known_zero(cache_tier: CacheTier) -> None:
