@@ -53,6 +53,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                        extra_env=env, with_merger=False)
     local.start()
     try:
+        # the first request of a freshly started worker loads the app (5.5 s once on a loaded CI
+        # host): PROBE_S bounds a running service's probe, so that one is not timed
+        requests.get(f"{local.url}/healthz", timeout=60)
         yield Stack(local, None, env)  # type: ignore[arg-type]  # no proxy: no AWS endpoint in this stack
     finally:
         for proc in local.procs:  # a server left stopped by a failed test would ignore SIGTERM

@@ -35,7 +35,10 @@ def live(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
            "NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite", "NDSTORE_LOCKS": "redis",
            "NDSTORE_INGEST_ENDPOINT_URL": moto_endpoint, "NDSTORE_TILE_BUCKET": f"tiles-{suffix}",
            "NDSTORE_TILE_INDEX_TABLE": f"tiles-{suffix}", "NDSTORE_INGEST_QUEUE_PREFIX": f"e2e-{suffix}",
-           "NDSTORE_INGEST_VISIBILITY_S": "10", "NDSTORE_INGEST_WORKERS": "2",
+           # how long a leased task stays invisible: a batch of 10 tiles took longer than 10 s to
+           # upload on a loaded CI host, and its tasks were leased and uploaded again (279 uploads
+           # of 192 tiles); the resumed run waits at most this long for a killed run's leases
+           "NDSTORE_INGEST_VISIBILITY_S": "30", "NDSTORE_INGEST_WORKERS": "2",
            "GUNICORN_CMD_ARGS": "--log-level warning"}
     stack = LocalStack(tmp_path_factory.mktemp("ingest-stack"), port=free_port(), workers=1, threads=4,
                        extra_env=env, with_merger=False)
