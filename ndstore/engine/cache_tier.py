@@ -40,7 +40,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
@@ -198,17 +198,17 @@ class CacheTier:
                     wanted: dict[str, list[int]], out: Array, run: str) -> None:
         names = [k.name for k in keys]
         blobs = None
+        lacking: set[str] = set()
         for attempt in range(5):
             # the last try takes write locks on them all: eviction needs those too, so cannot win again
             try:
-                blobs = self._read_blobs(keys, wanted, cutout.channel.dtype, grid, run, exclusive=attempt == 4)
+                blobs = self._read_blobs(keys, wanted, cutout.channel.dtype, grid, run, exclusive=attempt == 4,
+                                         lacking=lacking)
             except DamagedInCache as exc:
                 self._repair(exc)
                 continue
-            except _Forgotten as exc:
-                for name in exc.names:
-                    with self._locks.write([name]):
-                        self._restore(name, cutout.channel.dtype, grid, run)
+            except _Forgotten as exc:  # read again under their write locks, completed from the base tier
+                lacking.update(exc.names)
                 continue
             if blobs is not None:
                 break
@@ -219,38 +219,53 @@ class CacheTier:
                 parts)
 
     def _read_blobs(self, keys: list[SupercuboidKey], wanted: dict[str, list[int]], dtype: np.dtype,
-                    grid: Grid, run: str, exclusive: bool = False) -> dict[str, Sequence[Blob | None]] | None:
+                    grid: Grid, run: str, exclusive: bool = False,
+                    lacking: Set[str] = frozenset()) -> dict[str, Sequence[Blob | None]] | None:
         """One consistent snapshot of the wanted cuboids: read locks on the resident
-        supercuboids and write locks on the missing ones (on all of them if `exclusive`), all
-        held together; the missing ones are fetched (each once, whoever gets its write lock first)
-        and their blobs used straight away. They are paged in after the answer, by a `_PageIns`
-        thread that then releases all these locks, or, without room there, before. None when a
-        supercuboid was evicted before its read lock was taken. ``run``: the cache's checked mark
-        read before the fetch (`guard`); a page-in is stored only while it is still the cache's."""
+        supercuboids and write locks on the missing ones and on those found ``lacking`` cuboids
+        before (on all of them if `exclusive`), all held together; the missing ones are fetched
+        (each once, whoever gets its write lock first) and their blobs used straight away, and so
+        are the objects of write-locked resident ones that lack wanted cuboids. The fetched
+        supercuboids are paged in (or completed) after the answer, by a `_PageIns` thread that
+        then releases all these locks, or, without room there, before. None when a supercuboid
+        was evicted before its read lock was taken. ``run``: the cache's checked mark read before
+        the fetch (`guard`); a page-in is stored only while it is still the cache's."""
         names = [k.name for k in keys]
         was_resident = dict(zip(names, [False] * len(names) if exclusive else self._cache.resident(names)))
-        missing = [k for k in keys if not was_resident[k.name]]
+        writes = {n for n in names if not was_resident[n] or n in lacking}
         with ExitStack() as locked:
-            locked.enter_context(self._locks.mixed(reads=[n for n in names if was_resident[n]],
-                                                   writes=[k.name for k in missing]))
+            locked.enter_context(self._locks.mixed(reads=[n for n in names if n not in writes], writes=sorted(writes)))
             resident = dict(zip(names, self._cache.resident(names)))
-            if any(was_resident[n] and not resident[n] for n in names):
+            if any(n not in writes and not resident[n] for n in names):
                 return None
-            absent = [k for k in missing if not resident[k.name]]
+            absent = [k for k in keys if not resident[k.name]]
             cached = [n for n in names if resident[n]]
             blobs: dict[str, Sequence[Blob | None]] = {**self._cache.get_many({n: wanted[n] for n in cached})}
-            room = self._page_ins.reserve(len(absent) * grid.supercuboid_bytes(dtype.itemsize)) if absent else 0
+            gaps = [SupercuboidKey.from_name(n) for n in cached if n in writes and None in blobs[n]]
+            room = self._page_ins.reserve(len(absent + gaps) * grid.supercuboid_bytes(dtype.itemsize)) \
+                if absent or gaps else 0
             if room:  # stored after the answer, by a thread that then releases the locks
                 try:
-                    objects = dict(self._fetched(absent, dtype, grid))
+                    count = int(np.prod(grid.cuboids_per_super))
+                    lacks = {k.name: self._cache.absent(k.name, range(count)) for k in gaps}
+                    objects = dict(self._fetched(absent + gaps, dtype, grid))
                 except BaseException:
                     self._page_ins.give_back(room)
                     raise
-                fetched = {name: _kept(found, wanted[name]) for name, found in objects.items()}
-                self._page_ins.store_later(objects, _meta(dtype, grid), self._clock(), run, locked.pop_all(), room)
+                fetched = {k.name: _kept(objects[k.name], wanted[k.name]) for k in absent}
+                restored: dict[str, Mapping[int, Blob]] = {
+                    name: {n: objects[name][n] for n in lack} for name, lack in lacks.items()}
+                meta, now = _meta(dtype, grid), self._clock()
+                self._page_ins.later(
+                    {**{k.name: partial(self._page_ins.store, k.name, objects[k.name], meta, now, run) for k in absent},
+                     **{name: partial(self._cache.fill, name, found, run) for name, found in restored.items()}},
+                    locked.pop_all(), room)
             else:  # stored now, one object at a time, so a thin read does not hold them all
                 fetched = self._fetch(absent, dtype, grid, wanted, run)
-        forgotten = [n for n, found in blobs.items() if any(b is None for b in found)]
+                restored = {k.name: self._restore(k.name, dtype, grid, run) for k in gaps}
+            for name, found in restored.items():
+                blobs[name] = [found[n] if b is None else b for n, b in zip(wanted[name], blobs[name])]
+        forgotten = [n for n, found in blobs.items() if None in found]
         if forgotten:
             raise _Forgotten(forgotten)
         self._observer.count("cache_reads_total", len(names) - len(fetched), outcome="hit")
@@ -714,19 +729,21 @@ class _PageIns:
                     locks: ExitStack, reserved: int) -> None:
         """Page in ``objects`` (name -> cuboid blobs) on a thread of its own, then close ``locks``
         and give back ``reserved``."""
-        self._later(lambda name, blobs: self.store(name, blobs, meta, now, run), objects, locks, reserved)
+        self.later({name: partial(self.store, name, blobs, meta, now, run) for name, blobs in objects.items()},
+                   locks, reserved)
 
     def fill_later(self, rests: Mapping[str, Mapping[int, Blob]], run: str, locks: ExitStack, reserved: int) -> None:
         """As `store_later`, for the cuboids of resident supercuboids a write did not store
         (name -> cuboid number -> blob), from the objects it fetched."""
-        self._later(lambda name, blobs: self._cache.fill(name, blobs, run), rests, locks, reserved)
+        self.later({name: partial(self._cache.fill, name, rest, run) for name, rest in rests.items()}, locks, reserved)
 
-    def _later(self, store_one: Callable[[str, Any], None], items: Mapping[str, Any], locks: ExitStack,
-               reserved: int) -> None:
+    def later(self, stores: Mapping[str, Callable[[], None]], locks: ExitStack, reserved: int) -> None:
+        """Run ``stores`` (supercuboid name -> what stores it) on a thread of their own, then close
+        ``locks`` and give back ``reserved``."""
         try:
-            future = self._threads.submit(self._store_and_release, store_one, items, locks, reserved)
+            future = self._threads.submit(self._store_and_release, stores, locks, reserved)
         except RuntimeError:  # the interpreter is shutting down: store them now
-            self._store_and_release(store_one, items, locks, reserved)
+            self._store_and_release(stores, locks, reserved)
             return
         with self._guard:
             self._pending.add(future)
@@ -740,17 +757,16 @@ class _PageIns:
         """Page in one fetched supercuboid now, if the cache is still in ``run``."""
         self._cache.page_in(name, {META: meta, **dict(enumerate(blobs))}, now, run)
 
-    def _store_and_release(self, store_one: Callable[[str, Any], None], items: Mapping[str, Any], locks: ExitStack,
-                           reserved: int) -> None:
+    def _store_and_release(self, stores: Mapping[str, Callable[[], None]], locks: ExitStack, reserved: int) -> None:
         stored = 0
         try:
-            for name, blobs in items.items():
-                store_one(name, blobs)
+            for store in stores.values():
+                store()
                 stored += 1
         except Exception:
-            self._observer.count("cache_page_in_failures_total", len(items) - stored)
+            self._observer.count("cache_page_in_failures_total", len(stores) - stored)
             log.warning("storing %d supercuboids fetched for a read or write that answered first failed; what they "
-                        "lack stays out of the cache (read from the base tier when needed)", len(items) - stored,
+                        "lack stays out of the cache (read from the base tier when needed)", len(stores) - stored,
                         exc_info=True)
         finally:
             locks.close()

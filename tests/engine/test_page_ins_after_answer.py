@@ -253,3 +253,44 @@ def test_a_cold_write_whose_rest_is_not_stored_leaves_it_absent_and_unlocked(
     np.testing.assert_array_equal(tier.read(cut(SUPER))[0], expected)
     tier.flush_all()
     np.testing.assert_array_equal(tier.read_raw(cut(SUPER))[0], expected)
+
+
+@pytest.mark.parametrize("room", [True, False])
+def test_a_read_of_a_supercuboid_lacking_cuboids_answers_from_its_object(stored: tuple[CacheTier, np.ndarray],
+                                                                         room: bool) -> None:
+    """A write that covers whole the cuboids it touches leaves the rest of a supercuboid absent.
+    A read that wants them fetches the object under the write lock and answers from it; the
+    absent cuboids are stored after the answer (a write waits for them), or, without room,
+    before it. Every voxel reads back as last written."""
+    tier, voxels = stored
+    if not room:
+        tier._page_ins._room = 0
+    cuboid = GRID.cuboid
+    first = Box((0, 0, 0), cuboid)  # one cuboid, whole: nothing fetched
+    tier.write(cut(first), np.full((1, *first.shape_zyx), 3, np.uint8))
+    per_super = int(np.prod(GRID.cuboids_per_super))
+    assert len(tier._cache.absent(NAME, range(per_super))) == per_super - 1
+    expected = voxels.copy()
+    expected[first.slices_zyx()] = 3
+    gate = Gate(tier, "fill")
+    if not room:
+        gate.open()
+    reader, answer = in_thread(lambda: tier.read(cut(SUPER)))
+    reader.join(WAIT_S)
+    assert not reader.is_alive(), "the read waited for the absent cuboids to be stored"
+    np.testing.assert_array_equal(answer[0][0], expected)
+    if room:
+        assert gate.entered.wait(WAIT_S)
+        writer, _ = in_thread(lambda: tier.write(cut(SMALL), np.full((1, *SMALL.shape_zyx), 7, np.uint8)))
+        writer.join(0.5)
+        assert writer.is_alive(), "the write did not wait for the absent cuboids to be stored"
+        gate.open()
+        writer.join(WAIT_S)
+    else:
+        tier.write(cut(SMALL), np.full((1, *SMALL.shape_zyx), 7, np.uint8))
+    tier.settle()
+    assert tier._cache.absent(NAME, range(per_super)) == []
+    expected[SMALL.slices_zyx()] = 7
+    np.testing.assert_array_equal(tier.read(cut(SUPER))[0], expected)
+    tier.flush_all()
+    np.testing.assert_array_equal(tier.read_raw(cut(SUPER))[0], expected)

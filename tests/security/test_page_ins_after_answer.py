@@ -68,3 +68,35 @@ def test_a_flood_of_cold_reads_holds_no_more_than_the_room_after_answers(tmp_pat
     for i, box in enumerate(boxes):
         np.testing.assert_array_equal(answers[i][0], volume[box.slices_zyx()])
     assert all(tier._cache.resident(cut(b).plan().names) == [True] for b in boxes)
+
+
+def test_a_flood_of_cold_small_writes_holds_no_more_than_the_room_after_answers(tmp_path: Path,
+                                                                               redis_url: str) -> None:
+    """Each small write into another supercuboid not resident fetches its object; beyond the room
+    a write does not keep it (the rest stays absent), so every write answers and the worker holds
+    no more than the room while the stores after the answers are held back."""
+    redis.Redis.from_url(redis_url).flushdb()
+    tier = make_cache_tier(tmp_path, redis_url)
+    room_for = 2
+    tier._page_ins._room = room_for * GRID.supercuboid_bytes(1)
+    volume = np.random.default_rng(38).integers(1, 255, EXTENT.shape_zyx, dtype=np.uint8)
+    tier.write_base(cut(EXTENT), volume[np.newaxis])
+    gate = Gate(tier, "fill")
+    strokes = [Box((b.lo[0] + 3, b.lo[1] + 5, b.lo[2] + 1), (b.lo[0] + 20, b.lo[1] + 30, b.lo[2] + 3))
+               for b in supercuboid_boxes()]
+    assert len(strokes) > 2 * room_for
+    writers = [threading.Thread(target=tier.write, args=(cut(s), np.full((1, *s.shape_zyx), 9, np.uint8)),
+                                daemon=True) for s in strokes]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(WAIT_S)
+        assert not writer.is_alive(), "a write waited for the rest of its object to be stored"
+    assert gate.entered.wait(WAIT_S)
+    assert 0 < tier._page_ins._held <= tier._page_ins._room
+    gate.open()
+    tier.settle()
+    assert tier._page_ins._held == 0
+    for s in strokes:
+        volume[s.slices_zyx()] = 9
+    np.testing.assert_array_equal(tier.read(cut(EXTENT))[0], volume)
