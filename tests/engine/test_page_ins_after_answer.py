@@ -108,22 +108,28 @@ def test_no_one_gets_at_a_supercuboid_before_its_page_in_is_stored(stored: tuple
     gate = Gate(tier)
     tier.read(cut(SUPER))
     assert gate.entered.wait(WAIT_S)
+    waits_then_sees_the_last_write(tier, gate, other, voxels)
+
+
+def waits_then_sees_the_last_write(tier: CacheTier, gate: Gate, other: str, voxels: np.ndarray) -> None:
+    """``other`` (one of WRITERS) on the supercuboid, while ``gate`` holds a store into it back:
+    it waits, and then sees (and leaves) every voxel as last written (``voxels``: before it)."""
     box = SMALL if other == "small write" else SUPER
     new = np.full(box.shape_zyx, 7, np.uint8)
     do: dict[str, Callable[[], Any]] = {
         "small write": lambda: tier.write(cut(SMALL), new[np.newaxis]),
         "large write": lambda: tier.write(cut(SUPER), new[np.newaxis]),
         "direct write": lambda: tier.write_base(cut(SUPER), new[np.newaxis]),
-        "read": lambda: tier.read(cut(SMALL)),
+        "read": lambda: tier.read(cut(SUPER)),
     }
     worker, result = in_thread(do[other])
     worker.join(0.5)
-    assert worker.is_alive(), f"the {other} did not wait for the page-in"
+    assert worker.is_alive(), f"the {other} did not wait for the held-back store"
     gate.open()
     worker.join(WAIT_S)
     assert not worker.is_alive()
     if other == "read":
-        np.testing.assert_array_equal(result[0][0], voxels[SMALL.slices_zyx()])
+        np.testing.assert_array_equal(result[0][0], voxels)
         return
     expected = voxels.copy()
     expected[box.slices_zyx()] = 7
@@ -200,29 +206,9 @@ def test_no_one_gets_at_a_supercuboid_before_the_rest_of_a_cold_write_is_stored(
     first = Box((100, 100, 10), (140, 130, 12))
     tier.write(cut(first), np.full((1, *first.shape_zyx), 3, np.uint8))
     assert gate.entered.wait(WAIT_S)
-    box = SMALL if other == "small write" else SUPER
-    new = np.full(box.shape_zyx, 7, np.uint8)
-    do: dict[str, Callable[[], Any]] = {
-        "small write": lambda: tier.write(cut(SMALL), new[np.newaxis]),
-        "large write": lambda: tier.write(cut(SUPER), new[np.newaxis]),
-        "direct write": lambda: tier.write_base(cut(SUPER), new[np.newaxis]),
-        "read": lambda: tier.read(cut(SUPER)),
-    }
-    worker, result = in_thread(do[other])
-    worker.join(0.5)
-    assert worker.is_alive(), f"the {other} did not wait for the rest of the write's object"
-    gate.open()
-    worker.join(WAIT_S)
-    assert not worker.is_alive()
     expected = voxels.copy()
     expected[first.slices_zyx()] = 3
-    if other == "read":
-        np.testing.assert_array_equal(result[0][0], expected)
-        return
-    expected[box.slices_zyx()] = 7
-    np.testing.assert_array_equal(tier.read(cut(SUPER))[0], expected)
-    tier.flush_all()
-    np.testing.assert_array_equal(tier.read_raw(cut(SUPER))[0], expected)
+    waits_then_sees_the_last_write(tier, gate, other, expected)
 
 
 @pytest.mark.parametrize("case", ["the rest fails to store", "no room for the rest"])
