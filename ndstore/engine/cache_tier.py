@@ -241,7 +241,7 @@ class CacheTier:
             absent = [k for k in keys if not resident[k.name]]
             cached = [n for n in names if resident[n]]
             blobs: dict[str, Sequence[Blob | None]] = {**self._cache.get_many({n: wanted[n] for n in cached})}
-            gaps = [SupercuboidKey.from_name(n) for n in cached if n in writes and None in blobs[n]]
+            gaps = [k for k in keys if resident[k.name] and k.name in writes and None in blobs[k.name]]
             room = self._page_ins.reserve(len(absent + gaps) * grid.supercuboid_bytes(dtype.itemsize)) \
                 if absent or gaps else 0
             if room:  # stored after the answer, by a thread that then releases the locks
