@@ -209,3 +209,39 @@ def test_a_copy_from_the_base_tier_lands_only_in_its_run_and_never_over_a_write(
     cache.put("sc", {0: b"written"}, 2.0, dirty=True)
     cache.fill("sc", {0: b"old", 1: b"clean"}, "run-b")
     assert cache.get_many({"sc": [0, 1]})["sc"] == [b"written", b"clean"]
+
+
+def test_the_rest_of_a_cold_write_held_across_a_restart_from_the_aof(tmp_path: Path) -> None:
+    """A write into a supercuboid not resident answers before the rest of its object is stored
+    (unlogged, like a page-in). The cache Redis is SIGKILLed and restarted from its AOF while that
+    rest is held back: the write (logged) comes back, the rest is stored or restored from the
+    base tier, and every acknowledged voxel reads back, nothing marked lost."""
+    from tests.engine.test_page_ins_after_answer import WAIT_S, Gate
+
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    proc = start_redis(tmp_path / "redis", port)
+    try:
+        tier = make_cache_tier(tmp_path, url)
+        extent = CHANNEL.extent(0)
+        reference = np.random.default_rng(27).integers(1, 60000, extent.shape_zyx, dtype=np.uint16)
+        tier.write_base(cut(extent), reference[np.newaxis])  # type: ignore[arg-type]
+        gate = Gate(tier, "fill")
+        near = np.random.default_rng(28).integers(1, 60000, NEAR.shape_zyx, dtype=np.uint16)
+        tier.write(cut(NEAR), near[np.newaxis])  # type: ignore[arg-type]
+        reference[NEAR.slices_zyx()] = near  # acknowledged
+        assert gate.entered.wait(WAIT_S)
+
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc = start_redis(tmp_path / "redis", port)
+        gate.open()
+        tier.settle()
+        assert tier._cache.count() == (1, 1)
+        np.testing.assert_array_equal(tier.read(cut(extent))[0], reference)  # type: ignore[arg-type]
+        tier.flush_all()
+        np.testing.assert_array_equal(tier.read_raw(cut(extent))[0], reference)  # type: ignore[arg-type]
+        assert tier.lost() == {}
+    finally:
+        proc.kill()
+        proc.wait()
