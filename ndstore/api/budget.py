@@ -17,8 +17,8 @@ Beyond its budget a request is refused at once with 503 and Retry-After (another
 moment later may have room); a request that could never fit is 413. The reservation ends when
 the response has been handed to the front (Django's request_finished, sent by the WSGI server in
 the request's own thread when it closes the response). Beyond the budget a worker holds at most
-one read window of objects whose page-ins finish after their reads answered (the cache tier's
-own bound, docs/design/cache-tier.md).
+one read window of objects whose page-ins finish after their reads (or writes) answered (the
+cache tier's own bound, docs/design/cache-tier.md).
 """
 
 from __future__ import annotations
