@@ -83,6 +83,22 @@ def spark() -> Iterator[object]:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its __del__ logs after pytest closed the streams
 
 
+# What `service_env` puts in this process's environment for the whole session: a LocalStack
+# started later in the same process inherits os.environ, so a test's stack unsets these
+# (`own_stack_env`) or it would share the session's moto bucket and index (two stacks' channel
+# 1/1/1 then meet in one object: "stored supercuboid has dtype uint8, channel has uint16").
+# (The stack sets its Redis URLs, data directory and secret key itself: not unset.)
+SERVICE_ENV_KEYS = ("NDSTORE_OBJECT_STORE", "NDSTORE_S3_ENDPOINT_URL", "NDSTORE_S3_BUCKET", "NDSTORE_INDEX",
+                    "NDSTORE_DYNAMODB_ENDPOINT_URL", "NDSTORE_DYNAMODB_TABLE", "NDSTORE_LOCKS",
+                    "NDSTORE_MAX_BODY_BYTES", "NDSTORE_MAX_CUTOUT_BYTES")
+_SET_BY_THE_STACK = {"NDSTORE_REDIS_URL", "NDSTORE_BLAZE_REDIS_URL", "NDSTORE_DATA_DIR", "NDSTORE_SECRET_KEY"}
+
+
+def own_stack_env(extra_env: dict[str, str] | None = None) -> dict[str, str | None]:
+    """A test LocalStack's extra_env: the session's `service_env` settings unset, then ``extra_env``."""
+    return {**dict.fromkeys(SERVICE_ENV_KEYS), **(extra_env or {})}
+
+
 @pytest.fixture(scope="session")
 def service_env(
     moto_endpoint: str, redis_url: str, blaze_redis_url: str, tmp_path_factory: pytest.TempPathFactory
@@ -105,6 +121,7 @@ def service_env(
         "NDSTORE_MAX_BODY_BYTES": str(64 << 20),
         "NDSTORE_MAX_CUTOUT_BYTES": str(256 << 20),
     }
+    assert set(env) == set(SERVICE_ENV_KEYS) | _SET_BY_THE_STACK, "own_stack_env must unset what this sets"
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     wiring.services.cache_clear()
@@ -232,7 +249,7 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spark
             pytest.fail(f"a Spark standalone daemon exited:\n{logs}")
         try:
             return int(cluster.state()["aliveworkers"]) >= 1
-        except OSError:  # the master's UI is not up yet
+        except (OSError, ValueError):  # the master's UI is not up yet (once: an HTML page at /json/)
             return False
 
     try:

@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,7 +79,7 @@ class LocalStack:
     blaze_redis_port: int = 0
     workers: int = 2
     threads: int = 4
-    extra_env: dict[str, str] = field(default_factory=dict)
+    extra_env: Mapping[str, str | None] = field(default_factory=dict)  # None: unset an inherited setting
     with_merger: bool = True  # tests of other parts leave the Spark driver out
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     front: Front | None = None
@@ -114,8 +115,12 @@ class LocalStack:
             "NDSTORE_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
             "NDSTORE_BLAZE_REDIS_URL": f"redis://127.0.0.1:{self.blaze_redis_port}/0",
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "ndstore.api.settings.base"),
-            **self.extra_env,
         }
+        for name, value in self.extra_env.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
         if "NDSTORE_INGEST_ENDPOINT_URL" not in env:  # the local tile store: uploads come to this service
             env.setdefault("NDSTORE_INGEST_PUBLIC_ENDPOINT_URL", self.url)
         return env

@@ -174,6 +174,7 @@ def test_a_small_read_writes_nothing_to_the_aof(tmp_path: Path) -> None:
         tier = make_cache_tier(tmp_path, f"redis://127.0.0.1:{port}/0")
         data = np.random.default_rng(25).integers(1, 60000, NEAR.shape_zyx, dtype=np.uint16)
         tier.write(cut(NEAR), data[np.newaxis])  # type: ignore[arg-type]
+        tier.settle()  # the rest of the supercuboid, stored after the write answered, under its lock
 
         def aof_bytes() -> int:
             return sum(p.stat().st_size for p in (tmp_path / "redis" / "appendonlydir").glob("*.incr.aof"))

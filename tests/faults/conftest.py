@@ -28,6 +28,7 @@ import requests
 
 from ndstore.core.geometry import Box
 from ndstore.ops.localstack import LocalStack, free_port, wait_until
+from tests.conftest import own_stack_env
 from tests.faults.proxy import FaultProxy
 
 TOKEN = "faults-admin-token"
@@ -173,7 +174,7 @@ def stack(proxy: FaultProxy, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         "GUNICORN_CMD_ARGS": "--log-level warning",
     }
     local = LocalStack(tmp_path_factory.mktemp("faults-stack"), port=free_port(), workers=1, threads=4,
-                       extra_env=env, with_merger=False)
+                       extra_env=own_stack_env(env), with_merger=False)
     # Both redis-servers fsync each write before acknowledging it: with `everysec` a SIGKILL can
     # lose acknowledged writes (test_redis_aof_fsync.py), which the Redis kill test would hit now and then.
     saved = os.environ.get("NDSTORE_REDIS_APPENDFSYNC")

@@ -35,6 +35,7 @@ from ndstore.core.errors import StorageFull
 from ndstore.core.geometry import Box
 from ndstore.ops.localstack import LocalStack, free_port
 from ndstore.storage.redis_metrics import RedisMetrics, labels_of
+from tests.conftest import own_stack_env
 from tests.faults.conftest import LEASE_MS, TOKEN, Channel, Stack, error_message, wait_for
 
 pytestmark = pytest.mark.faults
@@ -136,7 +137,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             "NDSTORE_LOCK_LEASE_MS": str(LEASE_MS), "NDSTORE_FLUSH_AGE_S": "0.2", "NDSTORE_FLUSH_INTERVAL_S": "0.2",
             "NDSTORE_INGEST_WORKERS": "1", "GUNICORN_CMD_ARGS": "--log-level warning",
         }
-        local = LocalStack(data_dir, port=free_port(), workers=1, threads=4, extra_env=env, with_merger=False)
+        local = LocalStack(data_dir, port=free_port(), workers=1, threads=4, extra_env=own_stack_env(env),
+                           with_merger=False)
         local.start()
         try:
             # no moto, no proxy: this stack's base tier is the directory on the tmpfs

@@ -22,6 +22,7 @@ import requests
 from ndstore.core.geometry import Box
 from ndstore.core.tiles import encode_tile
 from ndstore.ops.localstack import LocalStack, free_port, wait_until
+from tests.conftest import own_stack_env
 from tests.ingest.conftest import source_volume
 
 TOKEN = "ingest-e2e-admin-token"
@@ -41,7 +42,7 @@ def live(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
            "NDSTORE_INGEST_VISIBILITY_S": "30", "NDSTORE_INGEST_WORKERS": "2",
            "GUNICORN_CMD_ARGS": "--log-level warning"}
     stack = LocalStack(tmp_path_factory.mktemp("ingest-stack"), port=free_port(), workers=1, threads=4,
-                       extra_env=env, with_merger=False)
+                       extra_env=own_stack_env(env), with_merger=False)
     stack.start()
     yield stack
     stack.stop()

@@ -20,6 +20,7 @@ import pytest
 import requests
 
 from ndstore.ops.localstack import MALLOC_TUNING, LocalStack, free_port
+from tests.conftest import own_stack_env
 from tests.security.conftest import admin_session, public_dataset
 
 MiB = 1 << 20
@@ -32,10 +33,10 @@ RETAINED = int(MALLOC_TUNING["MALLOC_TRIM_THRESHOLD_"]) + int(MALLOC_TUNING["MAL
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     local = LocalStack(tmp_path_factory.mktemp("memory-bound"), port=free_port(), workers=1, threads=8,
-                       with_merger=False, extra_env={
+                       with_merger=False, extra_env=own_stack_env({
                            "NDSTORE_MAX_CUTOUT_BYTES": str(MAX_CUTOUT), "NDSTORE_MAX_BODY_BYTES": str(MAX_CUTOUT),
                            "NDSTORE_ANON_BYTES_IN_FLIGHT": str(128 * MiB), "NDSTORE_ANON_READ_RATE": "0",
-                           "NDSTORE_READ_WINDOW_BYTES": str(WINDOW)})
+                           "NDSTORE_READ_WINDOW_BYTES": str(WINDOW)}))
     local.start()
     try:
         yield local

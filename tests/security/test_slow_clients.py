@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from ndstore.ops.localstack import LocalStack, free_port
+from tests.conftest import own_stack_env
 from tests.security.conftest import admin_session, public_dataset
 
 HEADER_TIMEOUT_S = 2
@@ -28,11 +29,11 @@ CONNECTIONS_PER_CLIENT = 48
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     with LocalStack(tmp_path_factory.mktemp("slow-clients"), port=free_port(), workers=1, threads=2,
-                    with_merger=False, extra_env={
+                    with_merger=False, extra_env=own_stack_env({
                         "NDSTORE_FRONT_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
                         "NDSTORE_FRONT_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
                         "NDSTORE_FRONT_CONNECTIONS_PER_CLIENT": str(CONNECTIONS_PER_CLIENT),
-                        "NDSTORE_ANON_READ_RATE": "0", "NDSTORE_DEMO": "0"}) as local:
+                        "NDSTORE_ANON_READ_RATE": "0", "NDSTORE_DEMO": "0"})) as local:
         yield local
 
 

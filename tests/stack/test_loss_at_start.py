@@ -20,14 +20,15 @@ import requests
 
 from ndstore.engine.ledger import LEDGER_KEYS, Ledger
 from ndstore.ops.localstack import ROOT, LocalStack, free_port, wait_until
+from tests.conftest import own_stack_env
 
 TOKEN = "loss-test-admin-token"
 OCTET = "application/octet-stream"
 
 
 def stack(data_dir: Path) -> LocalStack:
-    return LocalStack(data_dir, port=free_port(), workers=1, threads=2, with_merger=False, extra_env={
-        "NDSTORE_ADMIN_TOKEN": TOKEN, "NDSTORE_FLUSH_AGE_S": "3600", "NDSTORE_FLUSH_INTERVAL_S": "0.2"})
+    return LocalStack(data_dir, port=free_port(), workers=1, threads=2, with_merger=False, extra_env=own_stack_env({
+        "NDSTORE_ADMIN_TOKEN": TOKEN, "NDSTORE_FLUSH_AGE_S": "3600", "NDSTORE_FLUSH_INTERVAL_S": "0.2"}))
 
 
 def crash(local: LocalStack) -> None:

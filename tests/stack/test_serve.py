@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from ndstore.ops.localstack import ROOT, free_port, wait_until
+from tests.conftest import own_stack_env
 
 
 def test_serve_runs_the_front_before_gunicorn_and_stops_both(tmp_path: Path, redis_url: str) -> None:
@@ -59,7 +60,7 @@ def test_a_web_service_that_dies_at_start_fails_the_start_at_once(tmp_path: Path
     from ndstore.ops.processes import StartFailed
 
     stack = LocalStack(tmp_path, port=free_port(), workers=1, threads=2, with_merger=False,
-                       extra_env={"GUNICORN_CMD_ARGS": "--no-such-flag"})
+                       extra_env=own_stack_env({"GUNICORN_CMD_ARGS": "--no-such-flag"}))
     started = time.monotonic()
     with pytest.raises(StartFailed, match="exited during start-up"):
         stack.start()
