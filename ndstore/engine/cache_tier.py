@@ -382,7 +382,8 @@ class CacheTier:
                     for name, rest in rests.items():
                         self._cache.fill(name, rest, run)
                 elif rests:
-                    self._page_ins.fill_later(rests, run, locked.pop_all(), room)
+                    self._page_ins.later({name: partial(self._cache.fill, name, rest, run)
+                                          for name, rest in rests.items()}, locked.pop_all(), room)
                     room = 0
             finally:
                 if room:
@@ -696,7 +697,7 @@ class _PageIns:
     stores the supercuboids and then releases them: until then their write locks keep every other
     reader and writer out (they wait, then find them resident), so a page-in still copies what the
     base tier holds, and nothing else can see them half stored. A write into a supercuboid not
-    resident hands over the rest of the object it fetched the same way (`fill_later`). The
+    resident hands over the rest of the object it fetched the same way. The
     objects such page-ins hold are counted against ``room`` bytes (raw supercuboids) per process;
     a read that would exceed it stores its page-ins before it answers, as before (a write leaves
     the rest absent, restored where needed). A page-in that fails here leaves its supercuboids
@@ -713,7 +714,7 @@ class _PageIns:
         self._threads = ThreadPoolExecutor(2, thread_name_prefix="cache-page-in")
 
     def reserve(self, nbytes: int) -> int:
-        """``nbytes`` reserved for page-ins after the answer (returned by their `store_later`, or
+        """``nbytes`` reserved for page-ins after the answer (returned by their `later`, or
         `give_back`), or 0 if there is no room."""
         with self._guard:
             if self._held + nbytes > self._room:
@@ -724,18 +725,6 @@ class _PageIns:
     def give_back(self, reserved: int) -> None:
         with self._guard:
             self._held -= reserved
-
-    def store_later(self, objects: Mapping[str, Sequence[Blob]], meta: bytes, now: float, run: str,
-                    locks: ExitStack, reserved: int) -> None:
-        """Page in ``objects`` (name -> cuboid blobs) on a thread of its own, then close ``locks``
-        and give back ``reserved``."""
-        self.later({name: partial(self.store, name, blobs, meta, now, run) for name, blobs in objects.items()},
-                   locks, reserved)
-
-    def fill_later(self, rests: Mapping[str, Mapping[int, Blob]], run: str, locks: ExitStack, reserved: int) -> None:
-        """As `store_later`, for the cuboids of resident supercuboids a write did not store
-        (name -> cuboid number -> blob), from the objects it fetched."""
-        self.later({name: partial(self._cache.fill, name, rest, run) for name, rest in rests.items()}, locks, reserved)
 
     def later(self, stores: Mapping[str, Callable[[], None]], locks: ExitStack, reserved: int) -> None:
         """Run ``stores`` (supercuboid name -> what stores it) on a thread of their own, then close
