@@ -246,8 +246,7 @@ class CacheTier:
                 if absent or gaps else 0
             if room:  # stored after the answer, by a thread that then releases the locks
                 try:
-                    count = int(np.prod(grid.cuboids_per_super))
-                    lacks = {k.name: self._cache.absent(k.name, range(count)) for k in gaps}
+                    lacks = {k.name: self._absent(k.name, grid) for k in gaps}
                     objects = dict(self._fetched(absent + gaps, dtype, grid))
                 except BaseException:
                     self._page_ins.give_back(room)
@@ -258,7 +257,7 @@ class CacheTier:
                 meta, now = _meta(dtype, grid), self._clock()
                 self._page_ins.later(
                     {**{k.name: partial(self._page_ins.store, k.name, objects[k.name], meta, now, run) for k in absent},
-                     **{name: partial(self._cache.fill, name, found, run) for name, found in restored.items()}},
+                     **{name: partial(self._fill, name, found, run) for name, found in restored.items()}},
                     locked.pop_all(), room)
             else:  # stored now, one object at a time, so a thin read does not hold them all
                 fetched = self._fetch(absent, dtype, grid, wanted, run)
@@ -642,18 +641,25 @@ class CacheTier:
         caller holds its write lock, or a read lock: then the only other writer of these fields
         is another restore, storing the same bytes. Stored only in ``run``
         (the caller's `guard`; None: the mark as it is now, before the fetch)."""
-        count = int(np.prod(grid.cuboids_per_super))
-        absent = self._cache.absent(name, range(count))
+        absent = self._absent(name, grid)
         if not absent:
             return {}
         if run is None:
             run = self._cache.loss_marks([])[0] or ""
         _, blobs = next(self._fetched([SupercuboidKey.from_name(name)], dtype, grid))
         restored = {n: bytes(blobs[n]) for n in absent}
-        self._cache.fill(name, restored, run)
-        self._observer.count("cache_restores_total", len(absent))
-        log.info("restored %d clean cuboids of %s from the base tier", len(absent), name)
+        self._fill(name, restored, run)
         return restored
+
+    def _absent(self, name: str, grid: Grid) -> list[int]:
+        """The cuboids a resident supercuboid lacks (the first step of a restore)."""
+        return self._cache.absent(name, range(int(np.prod(grid.cuboids_per_super))))
+
+    def _fill(self, name: str, restored: Mapping[int, Blob], run: str) -> None:
+        """Store a restore's cuboids (its last step, before the answer or after it), counted and logged."""
+        self._cache.fill(name, restored, run)
+        self._observer.count("cache_restores_total", len(restored))
+        log.info("restored %d clean cuboids of %s from the base tier", len(restored), name)
 
     def _repair(self, damage: DamagedInCache) -> None:
         """A cached copy failed its checksum: a clean one is dropped (the base tier has it), a

@@ -8,6 +8,7 @@ back until the test lets it go."""
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,16 @@ class Gate:
     def open(self, fail: bool = False) -> None:
         self._fail = fail
         self._opened.set()
+
+
+class Counted(Counter[str]):
+    """An observer that adds up its counters (labels ignored)."""
+
+    def count(self, name: str, value: float = 1, **labels: str) -> None:
+        self[name] += int(value)
+
+    def observe(self, name: str, value: float, **labels: str) -> None:
+        pass
 
 
 def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -247,8 +258,9 @@ def test_a_read_of_a_supercuboid_lacking_cuboids_answers_from_its_object(stored:
     """A write that covers whole the cuboids it touches leaves the rest of a supercuboid absent.
     A read that wants them fetches the object under the write lock and answers from it; the
     absent cuboids are stored after the answer (a write waits for them), or, without room,
-    before it. Every voxel reads back as last written."""
+    before it, and counted as restores either way. Every voxel reads back as last written."""
     tier, voxels = stored
+    tier._observer = counted = Counted()
     if not room:
         tier._page_ins._room = 0
     cuboid = GRID.cuboid
@@ -276,6 +288,7 @@ def test_a_read_of_a_supercuboid_lacking_cuboids_answers_from_its_object(stored:
         tier.write(cut(SMALL), np.full((1, *SMALL.shape_zyx), 7, np.uint8))
     tier.settle()
     assert tier._cache.absent(NAME, range(per_super)) == []
+    assert counted["cache_restores_total"] == per_super - 1
     expected[SMALL.slices_zyx()] = 7
     np.testing.assert_array_equal(tier.read(cut(SUPER))[0], expected)
     tier.flush_all()
