@@ -7,6 +7,7 @@ so a supercuboid's index (and Morton code) never depends on the frame.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,7 +47,7 @@ class Box:
 
     @property
     def nvoxels(self) -> int:
-        return int(np.prod(self.shape_zyx, dtype=np.int64))
+        return math.prod(self.shape_zyx)
 
     def intersect(self, other: Box) -> Box | None:
         lo = tuple(max(a, b) for a, b in zip(self.lo, other.lo))
@@ -93,9 +94,14 @@ class Grid:
         hi = tuple(-(-b // s) for b, s in zip(box.hi, shape))
         return lo, hi  # type: ignore[return-value]
 
+    @property
+    def cuboid_count(self) -> int:
+        """Cuboids in one supercuboid (numbered 0 .. cuboid_count - 1)."""
+        return math.prod(self.cuboids_per_super)
+
     def supercuboid_bytes(self, itemsize: int) -> int:
         """Raw bytes of one supercuboid of ``itemsize``-byte voxels: what its stored object decodes to."""
-        return int(np.prod(self.supercuboid)) * itemsize
+        return math.prod(self.supercuboid) * itemsize
 
     def window(self, window_bytes: int, itemsize: int) -> int:
         """How many supercuboids make ``window_bytes`` of raw voxels (at least one): what a large

@@ -10,6 +10,7 @@ always decodes: what NDBlaze acknowledges, its merge can apply.
 from __future__ import annotations
 
 import io
+import math
 import tokenize
 import zlib
 from typing import Any, ClassVar, Protocol
@@ -38,7 +39,7 @@ class WireFormat(Protocol):
 
 
 def _expected_nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return math.prod(shape) * dtype.itemsize
 
 
 def _blosc_nbytes(body: bytes) -> int:
@@ -156,7 +157,7 @@ class NpygzFormat:
         _check_stream_end(inflater, shape, dtype)
         offset, fortran_order = _npy_header(raw, shape, dtype)
         _check_npy_data(len(raw) - offset, shape, dtype)
-        array = np.frombuffer(raw, dtype=dtype, count=int(np.prod(shape, dtype=np.int64)), offset=offset)
+        array = np.frombuffer(raw, dtype=dtype, count=math.prod(shape), offset=offset)
         return array.reshape(shape, order="F" if fortran_order else "C")
 
     def validate(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> None:

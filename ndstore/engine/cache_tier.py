@@ -161,7 +161,7 @@ class CacheTier:
                  dtype: np.dtype) -> Iterator[list[SupercuboidKey]]:
         """``keys`` in order, cut into batches of at most READ_BATCH supercuboids and at most a read
         window of wanted cuboids (at least one supercuboid each)."""
-        per_super = int(np.prod(grid.cuboids_per_super))
+        per_super = grid.cuboid_count
         room = self._base.window(grid, dtype) * per_super
         batch: list[SupercuboidKey] = []
         cuboids = 0
@@ -304,7 +304,7 @@ class CacheTier:
         if not keys:
             return
         by_object = {k.object_key: k for k in keys}
-        count = int(np.prod(grid.cuboids_per_super))
+        count = grid.cuboid_count
         for object_key, obj in self._base.objects.get_many(list(by_object), self._base.window(grid, dtype)):
             yield by_object[object_key].name, _cuboids_of(obj, dtype, count)
 
@@ -470,7 +470,7 @@ class CacheTier:
             if meta is None:
                 raise DamagedInCache(name, "it is marked dirty but its cuboids are gone from the cache Redis")
             dtype, grid = _parse_meta(meta)
-            count = int(np.prod(grid.cuboids_per_super))
+            count = grid.cuboid_count
             blobs = self._completed(name, dtype, grid, range(count), self._cache.get_all(name, count))
         except DamagedInCache as exc:
             self._mark_lost({name: f"{exc} (found {time.strftime('%Y-%m-%d %H:%M:%S')})"})
@@ -653,7 +653,7 @@ class CacheTier:
 
     def _absent(self, name: str, grid: Grid) -> list[int]:
         """The cuboids a resident supercuboid lacks (the first step of a restore)."""
-        return self._cache.absent(name, range(int(np.prod(grid.cuboids_per_super))))
+        return self._cache.absent(name, range(grid.cuboid_count))
 
     def _fill(self, name: str, restored: Mapping[int, Blob], run: str) -> None:
         """Store a restore's cuboids (its last step, before the answer or after it), counted and logged."""

@@ -154,7 +154,7 @@ def test_a_write_to_a_supercuboid_not_resident_stores_the_cuboids_it_touches_fir
 
     grid = CHANNEL.grid(0)
     cub, sc = grid.cuboid, grid.supercuboid
-    per_super = int(np.prod(grid.cuboids_per_super))
+    per_super = grid.cuboid_count
     old = np.random.default_rng(3).integers(1, 60000, (1, *EXTENT.shape_zyx), dtype=np.uint16)
     cache_tier._base.write(cut(Box((0, 0, 0), EXTENT.hi)), old)
     fetched = count_base_gets(cache_tier)

@@ -70,7 +70,7 @@ def test_a_small_resident_read_is_one_round_trip_and_a_large_one_takes_locks(
     assert sent == 1
     np.testing.assert_array_equal(got, data[0][SMALL.slices_zyx()][None])
 
-    assert int(np.prod(GRID.cuboids_per_super)) > SNAPSHOT_CUBOIDS
+    assert GRID.cuboid_count > SNAPSHOT_CUBOIDS
     sent, got = trips.during(lambda: cache_tier.read(cut(WHOLE)))
     assert sent >= 5  # guard, locks, residency, cuboids, release, touch
     np.testing.assert_array_equal(got, data)

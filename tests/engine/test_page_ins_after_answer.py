@@ -237,7 +237,7 @@ def test_a_cold_write_whose_rest_is_not_stored_leaves_it_absent_and_unlocked(
     first = Box((100, 100, 10), (140, 130, 12))
     tier.write(cut(first), np.full((1, *first.shape_zyx), 3, np.uint8))
     tier.settle()
-    per_super = int(np.prod(GRID.cuboids_per_super))
+    per_super = GRID.cuboid_count
     [part] = cut(first).plan().parts
     touched = {number for number, _, _ in CacheTier._touching(part.part, GRID)}
     assert set(tier._cache.absent(NAME, range(per_super))) == set(range(per_super)) - touched
@@ -266,7 +266,7 @@ def test_a_read_of_a_supercuboid_lacking_cuboids_answers_from_its_object(stored:
     cuboid = GRID.cuboid
     first = Box((0, 0, 0), cuboid)  # one cuboid, whole: nothing fetched
     tier.write(cut(first), np.full((1, *first.shape_zyx), 3, np.uint8))
-    per_super = int(np.prod(GRID.cuboids_per_super))
+    per_super = GRID.cuboid_count
     assert len(tier._cache.absent(NAME, range(per_super))) == per_super - 1
     expected = voxels.copy()
     expected[first.slices_zyx()] = 3

@@ -26,7 +26,7 @@ from tests.engine.conftest import make_cache_tier, small_channel
 CHANNEL = small_channel("uint16", cid=23)
 GRID = CHANNEL.grid(0)
 CUBOID, SUPER = GRID.cuboid, GRID.supercuboid
-PER_SUPER = int(np.prod(GRID.cuboids_per_super))
+PER_SUPER = GRID.cuboid_count
 # Partly covers the first two cuboids of supercuboid 0; FAR partly covers its last cuboid only.
 NEAR = Box((CUBOID[0] // 2, CUBOID[1] // 2, 1), (CUBOID[0] + CUBOID[0] // 2, CUBOID[1] // 2 + 10, 5))
 FAR = Box((SUPER[0] - CUBOID[0] // 2, SUPER[1] - CUBOID[1] // 2, SUPER[2] - 5),
