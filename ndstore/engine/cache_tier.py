@@ -7,9 +7,10 @@ Small read and write (at most SNAPSHOT_CUBOIDS and LOCK_FREE_WRITE_CUBOIDS cuboi
 cache's own Redis): no lock
 is taken. A read is one script that reads the cuboids as an atomic snapshot when every
 supercuboid is resident, none is lost and no writer holds one. A write reads the partly covered
-cuboids so (with their digests), merges, and commits in one script only if no one holds a lock on
-them and those cuboids still have the digests it read (optimistic: two round trips instead of
-five). Otherwise, and for every larger request, the locked read and write below.
+cuboids so (with their digests), merges, and commits only if no one holds a lock on them and
+those cuboids still have the digests it read (optimistic: a checked MULTI/EXEC under WATCH, four
+round trips instead of five, none of which copies the cuboids into Lua). Otherwise, and for
+every larger request, the locked read and write below.
 Read: plan the box into supercuboids; take read locks on the resident ones and write locks on
 the missing ones, together (one consistent snapshot); fetch what is still missing from the base
 tier (re-checked under its write lock, so concurrent misses of one supercuboid fetch it once) and
@@ -76,8 +77,8 @@ T = TypeVar("T")
 READ_BATCH = 256  # at most this many supercuboids per locked snapshot of a read (see CacheTier.read)
 # Reads of at most this many cuboids (4 MiB of uint8) and writes of at most LOCK_FREE_WRITE_CUBOIDS
 # go without locks (see above). Measured in-process (docs/design/serving.md, section 5): faster
-# at every size up to these; a write's new cuboids go through its commit script's arguments,
-# which Redis copies into Lua: at 16 cuboids that cost more than the round trips it saves.
+# at every size up to these; a write of 16 cuboids was slower lock-free while its cuboids went
+# through a script's arguments (copied into Lua), which they no longer do: not measured since.
 SNAPSHOT_CUBOIDS = 16
 LOCK_FREE_WRITE_CUBOIDS = 8
 META = -1  # cache field holding "dtype cuboid-shape counts", so the flusher needs no metadata DB

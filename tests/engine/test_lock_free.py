@@ -148,13 +148,14 @@ def test_a_small_read_of_a_missing_supercuboid_pages_it_in(cache_tier: CacheTier
 
 
 # -- small writes: optimistic, committed only if nothing they read changed ----------------------
-def test_a_small_resident_write_is_two_round_trips(cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_small_resident_write_is_four_round_trips(cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
     data = values(WHOLE, 21)
     cache_tier.write(cut(WHOLE), data)
     cache_tier.write(cut(SMALL), values(SMALL, 22))  # Redis has loaded the scripts
     trips = RoundTrips(monkeypatch)
     sent, _ = trips.during(lambda: cache_tier.write(cut(SMALL), values(SMALL, 23)))
-    assert sent == 2  # the snapshot of the partly covered cuboids, the conditional commit
+    # the snapshot of the partly covered cuboids; the commit: WATCH, its check, MULTI/EXEC
+    assert sent == 4
     data[0][SMALL.slices_zyx()] = values(SMALL, 23)[0]
     np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
     assert cache_tier.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
@@ -180,10 +181,13 @@ def test_a_small_write_waits_for_any_holder_of_its_lock(cache_tier: CacheTier, r
     np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
 
 
+@pytest.mark.parametrize("between", ["snapshot and commit", "commit's check and its EXEC"])
 def test_a_small_write_raced_by_another_write_into_its_cuboids_loses_neither(
-        cache_tier: CacheTier, tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        cache_tier: CacheTier, tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, between: str) -> None:
     """Another writer changes a cuboid this write merges into between its snapshot and its
-    commit: the commit is refused, the write is made again under locks, and both writes stay."""
+    commit (the commit's check sees another digest), or after the commit checked it and before
+    the commit's MULTI/EXEC (Redis refuses it: the hash changed since the commit's WATCH): the
+    commit is refused, the write is made again under locks, and both writes stay."""
     data = values(WHOLE, 26)
     cache_tier.write(cut(WHOLE), data)
     other = make_cache_tier(tmp_path, redis_url, lock_free=False)
@@ -199,17 +203,64 @@ def test_a_small_write_raced_by_another_write_into_its_cuboids_loses_neither(
             other.write(cut(beside), values(beside, 27))
         return seen
 
+    check = cache_tier._cache._can_commit
+
+    def checked_then_raced(*args: Any, **kwargs: Any) -> Any:
+        ok = check(*args, **kwargs)
+        assert ok, "the check found nothing changed"
+        if not refused:
+            other.write(cut(beside), values(beside, 27))
+        return ok
+
     def counted(*args: Any, **kwargs: Any) -> bool:
         applied = commit(*args, **kwargs)
         refused.append(not applied)
         return applied
 
-    monkeypatch.setattr(cache_tier._cache, "read_for_update", raced)
+    if between == "snapshot and commit":
+        monkeypatch.setattr(cache_tier._cache, "read_for_update", raced)
+    else:
+        monkeypatch.setattr(cache_tier._cache, "_can_commit", checked_then_raced)
     monkeypatch.setattr(cache_tier._cache, "commit_unlocked", counted)
     cache_tier.write(cut(SMALL), values(SMALL, 28))
     assert refused == [True]  # the optimistic commit saw the change and stored nothing
     data[0][beside.slices_zyx()] = values(beside, 27)[0]
     data[0][SMALL.slices_zyx()] = values(SMALL, 28)[0]
+    np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
+
+
+def test_a_reader_that_locks_after_the_commit_checked_refuses_it(cache_tier: CacheTier, redis_url: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flusher takes its read lock after a small write's commit checked that no one holds it,
+    and before the commit's MULTI/EXEC: Redis refuses the commit (the lock's readers changed since
+    the WATCH), so no write lands between a write-back and the clearing of its dirty mark. The
+    write is made again under locks once the reader has let go."""
+    data = values(WHOLE, 29)
+    cache_tier.write(cut(WHOLE), data)
+    other_process = RedisRWLocks(redis_client.connect(redis_url), timeout_s=30)
+    (name,) = cut(SMALL).plan().names
+    check, reading = cache_tier._cache._can_commit, []
+    applied: list[bool] = []
+    commit = cache_tier._cache.commit_unlocked
+
+    def checked_then_locked(*args: Any, **kwargs: Any) -> Any:
+        ok = check(*args, **kwargs)
+        if not reading:
+            lock = other_process.read([name])
+            lock.__enter__()
+            reading.append(lock)
+            threading.Timer(0.3, lambda: lock.__exit__(None, None, None)).start()
+        return ok
+
+    def counted(*args: Any, **kwargs: Any) -> bool:
+        applied.append(commit(*args, **kwargs))
+        return applied[-1]
+
+    monkeypatch.setattr(cache_tier._cache, "_can_commit", checked_then_locked)
+    monkeypatch.setattr(cache_tier._cache, "commit_unlocked", counted)
+    cache_tier.write(cut(SMALL), values(SMALL, 30))
+    assert applied == [False]
+    data[0][SMALL.slices_zyx()] = values(SMALL, 30)[0]
     np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
 
 
