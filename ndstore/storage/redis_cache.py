@@ -38,6 +38,9 @@ STALE_RUN = "STALE_RUN"
 # 16 MiB HSET of a whole supercuboid is copied over and over (measured: 250 MB/s). Commands of
 # 8 cuboids (about 2 MiB) went at about 1 GB/s.
 FIELDS_PER_COMMAND = 8
+# How often a lock-free commit is tried while Redis refuses it for a change its check allows (see
+# RedisCuboidCache.commit_unlocked).
+COMMIT_TRIES = 3
 # Start a staging hash empty, or as a copy of the stored one when it has fields the new ones do
 # not replace. COPY runs in Redis, and the AOF records the command, not the 16 MiB it copies.
 # KEYS: the hash, its staging hash; ARGV: the fields about to be written.
@@ -190,6 +193,16 @@ def _checked(name: str, numbers: Sequence[int], reply: list[bytes | None]) -> li
     return reply[:count]
 
 
+def _applied(pipe: redis.client.Pipeline) -> bool:
+    """Execute a watched transaction; False when Redis refused it (a watched key changed since
+    the WATCH: nothing was stored)."""
+    try:
+        pipe.execute()
+    except redis.WatchError:
+        return False
+    return True
+
+
 def _hash(name: str) -> str:
     return f"ndc:{{{name}}}"
 
@@ -261,7 +274,10 @@ class RedisCuboidCache:
                         lock_keys: Mapping[str, tuple[str, str]], now: float) -> bool:
         """Store each supercuboid's new cuboid blobs and mark it dirty, all of them or none, only
         if no one holds its lock (``lock_keys``: readers, writer) and the cuboids in ``expected``
-        still have those digests (see _CAN_COMMIT). False: nothing was stored."""
+        still have those digests (see _CAN_COMMIT). False: nothing was stored. Redis refuses the
+        MULTI/EXEC when any watched key changed, also another write's into other cuboids of the
+        same supercuboid: then the check runs again (COMMIT_TRIES in all), and only a change that
+        fails it sends the caller to the locked path."""
         if self._cluster:
             return False
         keys: list[str] = [EPOCH, LOST, INDEX]
@@ -270,25 +286,21 @@ class RedisCuboidCache:
             keys += [_hash(name), *lock_keys[name]]
             digests = expected.get(name, {})
             args += [name, len(digests), *(v for n, d in digests.items() for v in (digest_field(n), d))]
-        with self._redis.pipeline(transaction=True) as pipe:
-            self._do(lambda: pipe.watch(*keys[:2], *keys[3:]))  # type: ignore[no-untyped-call]  # not INDEX: reads touch it
-            if not self._do(lambda: self._can_commit(keys=keys, args=args)):
-                return False
-            pipe.multi()
-            for name, new in blobs.items():
-                if new:
-                    pipe.hset(_hash(name), mapping={field: value for n, b in new.items()
-                                                    for field, value in ((str(n), b), (digest_field(n), _digest(b)))})
-            pipe.eval(_DIRTIED, 4, INDEX, DIRTY, SEQ, SEQS, now, *blobs)
-
-            def applied() -> bool:
-                try:
-                    pipe.execute()
-                except redis.WatchError:  # a watched key changed since the WATCH: nothing was stored
+        pairs: dict[str, list[Any]] = {
+            name: [v for n, b in new.items() for v in (str(n), b, digest_field(n), _digest(b))]
+            for name, new in blobs.items() if new}
+        for _ in range(COMMIT_TRIES):
+            with self._redis.pipeline(transaction=True) as pipe:
+                self._do(lambda: pipe.watch(*keys[:2], *keys[3:]))  # type: ignore[no-untyped-call]  # not INDEX: reads touch it
+                if not self._do(lambda: self._can_commit(keys=keys, args=args)):
                     return False
-                return True
-
-            return bool(self._do(applied))
+                pipe.multi()
+                for name, items in pairs.items():
+                    pipe.hset(_hash(name), items=items)
+                pipe.eval(_DIRTIED, 4, INDEX, DIRTY, SEQ, SEQS, now, *blobs)
+                if self._do(lambda: _applied(pipe)):
+                    return True
+        return False
 
     def get_if_resident(self, wanted: Mapping[str, Sequence[int]]) -> dict[str, list[bytes | None] | None]:
         """The given cuboids of each supercuboid that is resident, None for one that is not; one

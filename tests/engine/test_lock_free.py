@@ -203,14 +203,13 @@ def test_a_small_write_raced_by_another_write_into_its_cuboids_loses_neither(
             other.write(cut(beside), values(beside, 27))
         return seen
 
-    check = cache_tier._cache._can_commit
+    check, checks = cache_tier._cache._can_commit, []
 
     def checked_then_raced(*args: Any, **kwargs: Any) -> Any:
-        ok = check(*args, **kwargs)
-        assert ok, "the check found nothing changed"
-        if not refused:
+        checks.append(check(*args, **kwargs))
+        if len(checks) == 1:
             other.write(cut(beside), values(beside, 27))
-        return ok
+        return checks[-1]
 
     def counted(*args: Any, **kwargs: Any) -> bool:
         applied = commit(*args, **kwargs)
@@ -224,8 +223,46 @@ def test_a_small_write_raced_by_another_write_into_its_cuboids_loses_neither(
     monkeypatch.setattr(cache_tier._cache, "commit_unlocked", counted)
     cache_tier.write(cut(SMALL), values(SMALL, 28))
     assert refused == [True]  # the optimistic commit saw the change and stored nothing
+    if between != "snapshot and commit":
+        assert checks == [True, False]  # refused by Redis, then by its check on the second try
     data[0][beside.slices_zyx()] = values(beside, 27)[0]
     data[0][SMALL.slices_zyx()] = values(SMALL, 28)[0]
+    np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
+
+
+def test_a_write_into_other_cuboids_of_its_supercuboid_does_not_send_a_small_write_to_the_locks(
+        cache_tier: CacheTier, tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another small write into other cuboids of the same supercuboid commits between this
+    commit's check and its EXEC: Redis refuses the EXEC (the hash changed), the commit checks
+    again, finds its cuboids as it read them and is applied, still without locks."""
+    data = values(WHOLE, 31)
+    cache_tier.write(cut(WHOLE), data)
+    other = make_cache_tier(tmp_path, redis_url)  # another worker's, lock-free as well
+    elsewhere = Box((3, CUBOID[1] + 5, 1), (9, CUBOID[1] + 17, 2))  # other cuboids, same supercuboid
+    assert cut(elsewhere).plan().names == cut(SMALL).plan().names
+    check, checks = cache_tier._cache._can_commit, []
+    applied: list[bool] = []
+    commit = cache_tier._cache.commit_unlocked
+
+    def checked_then_raced(*args: Any, **kwargs: Any) -> Any:
+        checks.append(check(*args, **kwargs))
+        if len(checks) == 1:
+            other.write(cut(elsewhere), values(elsewhere, 32))
+        return checks[-1]
+
+    def counted(*args: Any, **kwargs: Any) -> bool:
+        applied.append(commit(*args, **kwargs))
+        return applied[-1]
+
+    monkeypatch.setattr(cache_tier._cache, "_can_commit", checked_then_raced)
+    monkeypatch.setattr(cache_tier._cache, "commit_unlocked", counted)
+    locked = []
+    monkeypatch.setattr(cache_tier, "_write", lambda *args: locked.append(args))
+    cache_tier.write(cut(SMALL), values(SMALL, 33))
+    assert applied == [True] and not locked
+    assert checks == [True, True]  # the second try's check
+    data[0][elsewhere.slices_zyx()] = values(elsewhere, 32)[0]
+    data[0][SMALL.slices_zyx()] = values(SMALL, 33)[0]
     np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
 
 
