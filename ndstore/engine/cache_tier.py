@@ -8,9 +8,9 @@ cache's own Redis): no lock
 is taken. A read is one script that reads the cuboids as an atomic snapshot when every
 supercuboid is resident, none is lost and no writer holds one. A write reads the partly covered
 cuboids so (with their digests), merges, and commits only if no one holds a lock on them and
-those cuboids still have the digests it read (optimistic: a checked MULTI/EXEC under WATCH, four
-round trips instead of five, none of which copies the cuboids into Lua). Otherwise, and for
-every larger request, the locked read and write below.
+those cuboids still have the digests it read (optimistic: two round trips instead of five; the
+commit is one MULTI that does not copy the cuboids into Lua, see RedisCuboidCache.commit_unlocked).
+Otherwise, and for every larger request, the locked read and write below.
 Read: plan the box into supercuboids; take read locks on the resident ones and write locks on
 the missing ones, together (one consistent snapshot); fetch what is still missing from the base
 tier (re-checked under its write lock, so concurrent misses of one supercuboid fetch it once) and

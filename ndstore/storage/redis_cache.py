@@ -32,15 +32,13 @@ SEQ = "{ndc:dirty}:seq"  # the {ndc:dirty} tag puts these in DIRTY's slot: one s
 SEQS = "{ndc:dirty}:seqs"
 EPOCH = "{ndc:dirty}:epoch"
 LOST = "{ndc:dirty}:lost"
+REFUSED = "ndc:refused"  # set and removed within one refused lock-free commit (_CHECK_COMMIT): never seen
 UNVERIFIED = "UNVERIFIED"
 STALE_RUN = "STALE_RUN"
 # Redis appends each write command to its AOF buffer, which grows by at most 1 MiB at a time: a
 # 16 MiB HSET of a whole supercuboid is copied over and over (measured: 250 MB/s). Commands of
 # 8 cuboids (about 2 MiB) went at about 1 GB/s.
 FIELDS_PER_COMMAND = 8
-# How often a lock-free commit is tried while Redis refuses it for a change its check allows (see
-# RedisCuboidCache.commit_unlocked).
-COMMIT_TRIES = 3
 # Start a staging hash empty, or as a copy of the stored one when it has fields the new ones do
 # not replace. COPY runs in Redis, and the AOF records the command, not the 16 MiB it copies.
 # KEYS: the hash, its staging hash; ARGV: the fields about to be written.
@@ -95,31 +93,49 @@ return 1"""
 # since its snapshot: the Redis is checked, no supercuboid is lost, each is resident, no one holds
 # its lock (a writer between its steps, or a reader: the flusher writes back under a read lock and
 # then clears the dirty mark, which must not forget this write), and each partly covered cuboid it
-# merged into still has the digest it read. The new cuboids do not go through a script (Redis
-# copies a script's arguments into Lua: 1.6 ms of its CPU for the ~0.7 MB of a 64x64x8 write's
-# cuboids against 0.7-0.8 ms as an HSET in a MULTI): `commit_unlocked` WATCHes the keys these
-# conditions read, checks them with _CAN_COMMIT, and stores the cuboids and _DIRTIED's marks in
-# one MULTI/EXEC, which Redis refuses if a watched key changed since the WATCH.
-# KEYS: EPOCH, LOST, INDEX, then per supercuboid its hash, its lock's readers and writer; ARGV:
-# per supercuboid its name, the count of digests expected and (field, digest) pairs.
-_CAN_COMMIT = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+# merged into still has the digest it read. Its new cuboids do not go through a script: Redis
+# copies a script's arguments into Lua (1.6 ms of its CPU for the ~0.7 MB of a 64x64x8 write's
+# cuboids, against 0.7 ms as an HSET in a MULTI). So `commit_unlocked` sends one MULTI of three
+# steps: _CHECK_COMMIT checks; plain HSETs store the cuboids; _FINISH_COMMIT marks them resident
+# and dirty with a fresh seq. A transaction runs alone, so when the check fails it moves each
+# supercuboid's hash aside (RENAME, O(1)) and raises REFUSED, the HSETs then land in fresh hashes,
+# and _FINISH_COMMIT drops those and moves the old hashes back: nothing changed, and no one saw
+# the steps in between. KEYS: EPOCH, LOST, INDEX, REFUSED, then per supercuboid its hash, its
+# lock's readers and writer, the name its hash is moved aside to; ARGV: per supercuboid its name,
+# the count of digests expected and (field, digest) pairs. 1 when the check passed.
+_CHECK_COMMIT = """
+local ok = redis.call('EXISTS', KEYS[1]) == 1
 local at = 1
-for i = 1, (#KEYS - 3) / 3 do
-  local b = 3 + 3 * (i - 1)
+local count = (#KEYS - 4) / 4
+for i = 1, count do
+  local b = 4 + 4 * (i - 1)
   local name = ARGV[at]
-  if redis.call('HEXISTS', KEYS[2], name) == 1 or not redis.call('ZSCORE', KEYS[3], name)
-      or redis.call('EXISTS', KEYS[b + 3]) == 1 or redis.call('ZCARD', KEYS[b + 2]) > 0 then return 0 end
+  if ok and (redis.call('HEXISTS', KEYS[2], name) == 1 or not redis.call('ZSCORE', KEYS[3], name)
+      or redis.call('EXISTS', KEYS[b + 3]) == 1 or redis.call('ZCARD', KEYS[b + 2]) > 0) then ok = false end
   local expected = tonumber(ARGV[at + 1])
   for j = 0, expected - 1 do
-    if redis.call('HGET', KEYS[b + 1], ARGV[at + 2 + 2 * j]) ~= ARGV[at + 3 + 2 * j] then return 0 end
+    if ok and redis.call('HGET', KEYS[b + 1], ARGV[at + 2 + 2 * j]) ~= ARGV[at + 3 + 2 * j] then ok = false end
   end
   at = at + 2 + 2 * expected
 end
-return 1"""
-# The marks of a committed write, as _COMMIT sets them with dirty: resident, dirty with a fresh
-# seq. KEYS: INDEX, DIRTY, SEQ, SEQS; ARGV: now, then the supercuboids' names.
-_DIRTIED = """
+if ok then return 1 end
+redis.call('SET', KEYS[4], '1')
+for i = 1, count do
+  local b = 4 + 4 * (i - 1)
+  if redis.call('EXISTS', KEYS[b + 1]) == 1 then redis.call('RENAME', KEYS[b + 1], KEYS[b + 4]) end
+end
+return 0"""
+# KEYS: INDEX, DIRTY, SEQ, SEQS, REFUSED, then per supercuboid its hash and the name it was moved
+# aside to; ARGV: now, then the supercuboids' names. 1 when the write was applied.
+_FINISH_COMMIT = """
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  redis.call('DEL', KEYS[5])
+  for i = 6, #KEYS, 2 do
+    redis.call('DEL', KEYS[i])
+    if redis.call('EXISTS', KEYS[i + 1]) == 1 then redis.call('RENAME', KEYS[i + 1], KEYS[i]) end
+  end
+  return 0
+end
 for i = 2, #ARGV do
   redis.call('ZADD', KEYS[1], ARGV[1], ARGV[i])
   redis.call('ZADD', KEYS[2], 'NX', ARGV[1], ARGV[i])
@@ -193,22 +209,17 @@ def _checked(name: str, numbers: Sequence[int], reply: list[bytes | None]) -> li
     return reply[:count]
 
 
-def _applied(pipe: redis.client.Pipeline) -> bool:
-    """Execute a watched transaction; False when Redis refused it (a watched key changed since
-    the WATCH: nothing was stored)."""
-    try:
-        pipe.execute()
-    except redis.WatchError:
-        return False
-    return True
-
-
 def _hash(name: str) -> str:
     return f"ndc:{{{name}}}"
 
 
 def _staging(name: str) -> str:
     return f"ndc:{{{name}}}:new"
+
+
+def _aside(name: str) -> str:
+    """Where a refused lock-free commit moves the hash for the length of its transaction."""
+    return f"ndc:{{{name}}}:aside"
 
 
 def _fields(numbers: Sequence[int]) -> list[str]:
@@ -226,7 +237,6 @@ class RedisCuboidCache:
         self._clean = client.register_script(_CLEAN)
         self._held = client.register_script(_HELD)
         self._start = client.register_script(_START)
-        self._can_commit = client.register_script(_CAN_COMMIT)
 
     def resident(self, names: Sequence[str]) -> list[bool]:
         if not names:
@@ -274,33 +284,25 @@ class RedisCuboidCache:
                         lock_keys: Mapping[str, tuple[str, str]], now: float) -> bool:
         """Store each supercuboid's new cuboid blobs and mark it dirty, all of them or none, only
         if no one holds its lock (``lock_keys``: readers, writer) and the cuboids in ``expected``
-        still have those digests (see _CAN_COMMIT). False: nothing was stored. Redis refuses the
-        MULTI/EXEC when any watched key changed, also another write's into other cuboids of the
-        same supercuboid: then the check runs again (COMMIT_TRIES in all), and only a change that
-        fails it sends the caller to the locked path."""
+        still have those digests (see _CHECK_COMMIT); one round trip. False: nothing was stored."""
         if self._cluster:
             return False
-        keys: list[str] = [EPOCH, LOST, INDEX]
-        args: list[Any] = []
+        check_keys: list[str] = [EPOCH, LOST, INDEX, REFUSED]
+        check_args: list[Any] = []
+        finish_keys: list[str] = [INDEX, DIRTY, SEQ, SEQS, REFUSED]
         for name in blobs:
-            keys += [_hash(name), *lock_keys[name]]
+            check_keys += [_hash(name), *lock_keys[name], _aside(name)]
             digests = expected.get(name, {})
-            args += [name, len(digests), *(v for n, d in digests.items() for v in (digest_field(n), d))]
-        pairs: dict[str, list[Any]] = {
-            name: [v for n, b in new.items() for v in (str(n), b, digest_field(n), _digest(b))]
-            for name, new in blobs.items() if new}
-        for _ in range(COMMIT_TRIES):
-            with self._redis.pipeline(transaction=True) as pipe:
-                self._do(lambda: pipe.watch(*keys[:2], *keys[3:]))  # type: ignore[no-untyped-call]  # not INDEX: reads touch it
-                if not self._do(lambda: self._can_commit(keys=keys, args=args)):
-                    return False
-                pipe.multi()
-                for name, items in pairs.items():
-                    pipe.hset(_hash(name), items=items)
-                pipe.eval(_DIRTIED, 4, INDEX, DIRTY, SEQ, SEQS, now, *blobs)
-                if self._do(lambda: _applied(pipe)):
-                    return True
-        return False
+            check_args += [name, len(digests), *(v for n, d in digests.items() for v in (digest_field(n), d))]
+            finish_keys += [_hash(name), _aside(name)]
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.eval(_CHECK_COMMIT, len(check_keys), *check_keys, *check_args)
+        for name, new in blobs.items():
+            if new:
+                pipe.hset(_hash(name), items=[v for n, b in new.items()
+                                              for v in (str(n), b, digest_field(n), _digest(b))])
+        pipe.eval(_FINISH_COMMIT, len(finish_keys), *finish_keys, now, *blobs)
+        return bool(self._do(pipe.execute)[-1])
 
     def get_if_resident(self, wanted: Mapping[str, Sequence[int]]) -> dict[str, list[bytes | None] | None]:
         """The given cuboids of each supercuboid that is resident, None for one that is not; one

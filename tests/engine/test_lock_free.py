@@ -21,7 +21,7 @@ from ndstore.engine.cache_tier import SNAPSHOT_CUBOIDS, CacheTier
 from ndstore.engine.volume import make_cutout
 from ndstore.storage import redis_client
 from ndstore.storage.redis_cache import EPOCH, RedisCuboidCache
-from ndstore.storage.rwlock import RedisRWLocks
+from ndstore.storage.rwlock import RedisRWLocks, lock_keys
 from tests.engine.conftest import make_cache_tier, small_channel
 
 CHANNEL = small_channel("uint8", cid=41)
@@ -148,14 +148,13 @@ def test_a_small_read_of_a_missing_supercuboid_pages_it_in(cache_tier: CacheTier
 
 
 # -- small writes: optimistic, committed only if nothing they read changed ----------------------
-def test_a_small_resident_write_is_four_round_trips(cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_small_resident_write_is_two_round_trips(cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
     data = values(WHOLE, 21)
     cache_tier.write(cut(WHOLE), data)
     cache_tier.write(cut(SMALL), values(SMALL, 22))  # Redis has loaded the scripts
     trips = RoundTrips(monkeypatch)
     sent, _ = trips.during(lambda: cache_tier.write(cut(SMALL), values(SMALL, 23)))
-    # the snapshot of the partly covered cuboids; the commit: WATCH, its check, MULTI/EXEC
-    assert sent == 4
+    assert sent == 2  # the snapshot of the partly covered cuboids, the conditional commit
     data[0][SMALL.slices_zyx()] = values(SMALL, 23)[0]
     np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
     assert cache_tier.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
@@ -181,13 +180,10 @@ def test_a_small_write_waits_for_any_holder_of_its_lock(cache_tier: CacheTier, r
     np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
 
 
-@pytest.mark.parametrize("between", ["snapshot and commit", "commit's check and its EXEC"])
 def test_a_small_write_raced_by_another_write_into_its_cuboids_loses_neither(
-        cache_tier: CacheTier, tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, between: str) -> None:
+        cache_tier: CacheTier, tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another writer changes a cuboid this write merges into between its snapshot and its
-    commit (the commit's check sees another digest), or after the commit checked it and before
-    the commit's MULTI/EXEC (Redis refuses it: the hash changed since the commit's WATCH): the
-    commit is refused, the write is made again under locks, and both writes stay."""
+    commit: the commit is refused, the write is made again under locks, and both writes stay."""
     data = values(WHOLE, 26)
     cache_tier.write(cut(WHOLE), data)
     other = make_cache_tier(tmp_path, redis_url, lock_free=False)
@@ -203,102 +199,86 @@ def test_a_small_write_raced_by_another_write_into_its_cuboids_loses_neither(
             other.write(cut(beside), values(beside, 27))
         return seen
 
-    check, checks = cache_tier._cache._can_commit, []
-
-    def checked_then_raced(*args: Any, **kwargs: Any) -> Any:
-        checks.append(check(*args, **kwargs))
-        if len(checks) == 1:
-            other.write(cut(beside), values(beside, 27))
-        return checks[-1]
-
     def counted(*args: Any, **kwargs: Any) -> bool:
         applied = commit(*args, **kwargs)
         refused.append(not applied)
         return applied
 
-    if between == "snapshot and commit":
-        monkeypatch.setattr(cache_tier._cache, "read_for_update", raced)
-    else:
-        monkeypatch.setattr(cache_tier._cache, "_can_commit", checked_then_raced)
+    monkeypatch.setattr(cache_tier._cache, "read_for_update", raced)
     monkeypatch.setattr(cache_tier._cache, "commit_unlocked", counted)
     cache_tier.write(cut(SMALL), values(SMALL, 28))
     assert refused == [True]  # the optimistic commit saw the change and stored nothing
-    if between != "snapshot and commit":
-        assert checks == [True, False]  # refused by Redis, then by its check on the second try
     data[0][beside.slices_zyx()] = values(beside, 27)[0]
     data[0][SMALL.slices_zyx()] = values(SMALL, 28)[0]
     np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
 
 
-def test_a_write_into_other_cuboids_of_its_supercuboid_does_not_send_a_small_write_to_the_locks(
+def test_a_write_into_other_cuboids_of_its_supercuboid_leaves_a_small_write_lock_free(
         cache_tier: CacheTier, tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Another small write into other cuboids of the same supercuboid commits between this
-    commit's check and its EXEC: Redis refuses the EXEC (the hash changed), the commit checks
-    again, finds its cuboids as it read them and is applied, still without locks."""
+    """Another small write into other cuboids of the same supercuboid commits between this one's
+    snapshot and its commit: the cuboids this one merged into are as it read them, so its commit
+    is applied, still without locks (an annotator's strokes side by side do not queue)."""
     data = values(WHOLE, 31)
     cache_tier.write(cut(WHOLE), data)
     other = make_cache_tier(tmp_path, redis_url)  # another worker's, lock-free as well
     elsewhere = Box((3, CUBOID[1] + 5, 1), (9, CUBOID[1] + 17, 2))  # other cuboids, same supercuboid
     assert cut(elsewhere).plan().names == cut(SMALL).plan().names
-    check, checks = cache_tier._cache._can_commit, []
-    applied: list[bool] = []
+    snapshot, applied = cache_tier._cache.read_for_update, []
     commit = cache_tier._cache.commit_unlocked
 
-    def checked_then_raced(*args: Any, **kwargs: Any) -> Any:
-        checks.append(check(*args, **kwargs))
-        if len(checks) == 1:
-            other.write(cut(elsewhere), values(elsewhere, 32))
-        return checks[-1]
+    def raced(*args: Any, **kwargs: Any) -> Any:
+        seen = snapshot(*args, **kwargs)
+        other.write(cut(elsewhere), values(elsewhere, 32))
+        return seen
 
     def counted(*args: Any, **kwargs: Any) -> bool:
         applied.append(commit(*args, **kwargs))
         return applied[-1]
 
-    monkeypatch.setattr(cache_tier._cache, "_can_commit", checked_then_raced)
+    monkeypatch.setattr(cache_tier._cache, "read_for_update", raced)
     monkeypatch.setattr(cache_tier._cache, "commit_unlocked", counted)
-    locked = []
-    monkeypatch.setattr(cache_tier, "_write", lambda *args: locked.append(args))
     cache_tier.write(cut(SMALL), values(SMALL, 33))
-    assert applied == [True] and not locked
-    assert checks == [True, True]  # the second try's check
+    assert applied == [True]
     data[0][elsewhere.slices_zyx()] = values(elsewhere, 32)[0]
     data[0][SMALL.slices_zyx()] = values(SMALL, 33)[0]
     np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
 
 
-def test_a_reader_that_locks_after_the_commit_checked_refuses_it(cache_tier: CacheTier, redis_url: str,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """The flusher takes its read lock after a small write's commit checked that no one holds it,
-    and before the commit's MULTI/EXEC: Redis refuses the commit (the lock's readers changed since
-    the WATCH), so no write lands between a write-back and the clearing of its dirty mark. The
-    write is made again under locks once the reader has let go."""
-    data = values(WHOLE, 29)
-    cache_tier.write(cut(WHOLE), data)
-    other_process = RedisRWLocks(redis_client.connect(redis_url), timeout_s=30)
+@pytest.mark.parametrize("why", ["a cuboid changed", "a reader holds the lock", "not resident", "unchecked Redis"])
+def test_a_refused_commit_leaves_the_redis_as_it_was(cache_tier: CacheTier, redis_url: str, why: str) -> None:
+    """A refused commit stores its cuboids in the same transaction as the check, into a fresh hash,
+    with the old one moved aside and back: afterwards every key holds what it held before
+    (the supercuboid's other cuboids included), and nothing it used is left behind."""
+    cache_tier.write(cut(WHOLE), values(WHOLE, 34))
+    cache_tier.flush_all()
     (name,) = cut(SMALL).plan().names
-    check, reading = cache_tier._cache._can_commit, []
-    applied: list[bool] = []
-    commit = cache_tier._cache.commit_unlocked
+    cache = cache_tier._cache
+    direct = redis.Redis.from_url(redis_url)
+    seen = cache.read_for_update({name: [0]}, {name: lock_keys(name)[1]}, 1.0)
+    assert seen is not None
+    expected = {name: {0: seen[name][1][0]}}
+    if why == "a cuboid changed":
+        expected = {name: {0: b"another digest"}}
+    elif why == "a reader holds the lock":
+        direct.zadd(lock_keys(name)[0], {"someone": 1})
+    elif why == "not resident":
+        cache.evict(name)
+    else:
+        direct.delete(EPOCH)
 
-    def checked_then_locked(*args: Any, **kwargs: Any) -> Any:
-        ok = check(*args, **kwargs)
-        if not reading:
-            lock = other_process.read([name])
-            lock.__enter__()
-            reading.append(lock)
-            threading.Timer(0.3, lambda: lock.__exit__(None, None, None)).start()
-        return ok
+    def state() -> dict[bytes, Any]:
+        out: dict[bytes, Any] = {}
+        for key in sorted(direct.keys("*")):
+            kind = direct.type(key)
+            out[key] = (direct.hgetall(key) if kind == b"hash" else direct.zrange(key, 0, -1, withscores=True)
+                        if kind == b"zset" else direct.get(key) if kind == b"string" else kind)
+        return out
 
-    def counted(*args: Any, **kwargs: Any) -> bool:
-        applied.append(commit(*args, **kwargs))
-        return applied[-1]
-
-    monkeypatch.setattr(cache_tier._cache, "_can_commit", checked_then_locked)
-    monkeypatch.setattr(cache_tier._cache, "commit_unlocked", counted)
-    cache_tier.write(cut(SMALL), values(SMALL, 30))
-    assert applied == [False]
-    data[0][SMALL.slices_zyx()] = values(SMALL, 30)[0]
-    np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
+    before = state()
+    new = {name: {0: compress_cuboid(np.full(GRID.cuboid[::-1], 9, np.uint8)),
+                  1: compress_cuboid(np.full(GRID.cuboid[::-1], 8, np.uint8))}}
+    assert not cache.commit_unlocked(new, expected, {name: lock_keys(name)}, 2.0)
+    assert state() == before
 
 
 def test_concurrent_small_writes_into_one_cuboid_all_land(tmp_path: Path, redis_url: str) -> None:
