@@ -100,7 +100,10 @@ return 1"""
 # and dirty with a fresh seq. A transaction runs alone, so when the check fails it moves each
 # supercuboid's hash aside (RENAME, O(1)) and raises REFUSED, the HSETs then land in fresh hashes,
 # and _FINISH_COMMIT drops those and moves the old hashes back: nothing changed, and no one saw
-# the steps in between. KEYS: EPOCH, LOST, INDEX, REFUSED, then per supercuboid its hash, its
+# the steps in between. The check must answer, not fail: an error half way through it would let
+# the HSETs land unchecked, so it only reads keys of the types it expects (ours) and renames a
+# hash only after EXISTS. (Under maxmemory Redis refuses the HSETs when the MULTI is queued, and
+# with them the whole transaction.) KEYS: EPOCH, LOST, INDEX, REFUSED, then per supercuboid its hash, its
 # lock's readers and writer, the name its hash is moved aside to; ARGV: per supercuboid its name,
 # the count of digests expected and (field, digest) pairs. 1 when the check passed.
 _CHECK_COMMIT = """
