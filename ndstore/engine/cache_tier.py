@@ -75,12 +75,11 @@ Array = npt.NDArray[Any]
 Blob = bytes | memoryview  # a cuboid's blosc bytes, or a view of them in a fetched supercuboid object
 T = TypeVar("T")
 READ_BATCH = 256  # at most this many supercuboids per locked snapshot of a read (see CacheTier.read)
-# Reads of at most this many cuboids (4 MiB of uint8) and writes of at most LOCK_FREE_WRITE_CUBOIDS
-# go without locks (see above). Measured in-process (docs/design/serving.md, section 5): faster
-# at every size up to these; a write of 16 cuboids was slower lock-free while its cuboids went
-# through a script's arguments (copied into Lua), which they no longer do: not measured since.
+# Reads and writes of at most these many cuboids (4 MiB of uint8) go without locks (see above).
+# Measured in-process (docs/design/serving.md, sections 5 and 18): faster at every size up to
+# these. Writes stopped at 8 while a commit copied its cuboids into Lua (16 were slower then).
 SNAPSHOT_CUBOIDS = 16
-LOCK_FREE_WRITE_CUBOIDS = 8
+LOCK_FREE_WRITE_CUBOIDS = 16
 META = -1  # cache field holding "dtype cuboid-shape counts", so the flusher needs no metadata DB
 
 

@@ -301,8 +301,9 @@ class RedisCuboidCache:
         pipe = self._redis.pipeline(transaction=True)
         pipe.eval(_CHECK_COMMIT, len(check_keys), *check_keys, *check_args)
         for name, new in blobs.items():
-            if new:
-                pipe.hset(_hash(name), items=[v for n, b in new.items()
+            items = list(new.items())
+            for i in range(0, len(items), FIELDS_PER_COMMAND):  # inside the MULTI: still all or nothing
+                pipe.hset(_hash(name), items=[v for n, b in items[i:i + FIELDS_PER_COMMAND]
                                               for v in (str(n), b, digest_field(n), _digest(b))])
         pipe.eval(_FINISH_COMMIT, len(finish_keys), *finish_keys, now, *blobs)
         return bool(self._do(pipe.execute)[-1])

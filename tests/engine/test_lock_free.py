@@ -160,6 +160,23 @@ def test_a_small_resident_write_is_two_round_trips(cache_tier: CacheTier, monkey
     assert cache_tier.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
 
 
+def test_a_write_of_up_to_16_cuboids_is_two_round_trips(cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to LOCK_FREE_WRITE_CUBOIDS (16: since a commit no longer copies its cuboids into Lua,
+    a write of 16 is faster lock-free, docs/design/serving.md section 18); one more takes locks."""
+    data = values(WHOLE, 35)
+    cache_tier.write(cut(WHOLE), data)
+    sixteen = Box((30, 30, 8), (30 + 3 * CUBOID[0] + 10, 30 + CUBOID[1] + 10, 8 + CUBOID[2]))  # 4 x 2 x 2
+    seventeen_plus = Box((30, 30, 8), (30 + 3 * CUBOID[0] + 10, 30 + 2 * CUBOID[1] + 10, 8 + CUBOID[2]))  # 4 x 3 x 2
+    trips = RoundTrips(monkeypatch)
+    for box, seed, lock_free in ((sixteen, 36, True), (seventeen_plus, 37, False)):
+        assert sum(len(cache_tier._touching(p.part, GRID)) for p in cut(box).plan().parts) == (16 if lock_free else 24)
+        sent, _ = trips.during(lambda b=box, s=seed: cache_tier.write(cut(b), values(b, s)))
+        assert (sent == 2) == lock_free, sent
+        data[0][box.slices_zyx()] = values(box, seed)[0]
+    np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
+    assert cache_tier.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
+
+
 @pytest.mark.parametrize("held", ["read", "write"])
 def test_a_small_write_waits_for_any_holder_of_its_lock(cache_tier: CacheTier, redis_url: str, held: str) -> None:
     """A reader holding the lock may be the flusher, between writing the supercuboid back and
