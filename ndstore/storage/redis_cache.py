@@ -32,7 +32,7 @@ SEQ = "{ndc:dirty}:seq"  # the {ndc:dirty} tag puts these in DIRTY's slot: one s
 SEQS = "{ndc:dirty}:seqs"
 EPOCH = "{ndc:dirty}:epoch"
 LOST = "{ndc:dirty}:lost"
-REFUSED = "ndc:refused"  # set and removed within one refused lock-free commit (_CHECK_COMMIT): never seen
+REFUSED = "ndc:refused"  # set and removed within one refused store's transaction (_ASIDE): never seen
 UNVERIFIED = "UNVERIFIED"
 STALE_RUN = "STALE_RUN"
 # Redis appends each write command to its AOF buffer, which grows by at most 1 MiB at a time: a
@@ -50,14 +50,50 @@ for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
   if not new[f] then redis.call('COPY', KEYS[1], KEYS[2]) return 1 end
 end
 return 1"""
-# Store one supercuboid's new cuboids (or rename its staged hash over it) and mark it resident,
-# and dirty with a fresh seq: all or nothing, and only in a Redis whose holdings were checked.
-# KEYS: its hash, its staging hash, INDEX, DIRTY, SEQ, SEQS, EPOCH; ARGV: name, now, dirty,
-# staged, then field, value pairs.
-_COMMIT = """
-if redis.call('EXISTS', KEYS[7]) == 0 then return redis.error_reply('UNVERIFIED') end
+# Cuboids go into Redis as plain HSETs inside a MULTI, not as a script's arguments: Redis copies
+# those into Lua (1.6 ms of its CPU for the ~0.7 MB of a 64x64x8 write's cuboids, against 0.7 ms
+# as an HSET in a MULTI; docs/design/serving.md, section 18). A transaction cannot skip its later
+# commands, so the script before the HSETs that finds the store must not happen calls `refuse`: it
+# moves the hashes aside (RENAME, O(1)) and raises a flag, the HSETs land in fresh hashes, and the
+# script after them calls `undone`, which drops those and moves the old hashes back. A transaction
+# runs alone: no one sees the steps in between, and a refused store changes nothing. The script
+# before must answer, not fail (an error half way would let the HSETs land unchecked): it reads
+# only keys of the types it expects (ours) and renames a hash only after EXISTS. (Under maxmemory
+# Redis refuses the HSETs while the MULTI is queued, and with them the whole transaction.)
+# ``hashes``: {hash, where it is moved aside, ...}.
+_ASIDE = """
+local function refuse(flag, hashes)
+  redis.call('SET', flag, '1')
+  for i = 1, #hashes, 2 do
+    if redis.call('EXISTS', hashes[i]) == 1 then redis.call('RENAME', hashes[i], hashes[i + 1]) end
+  end
+end
+local function undone(flag, hashes)
+  if redis.call('EXISTS', flag) == 0 then return false end
+  redis.call('DEL', flag)
+  for i = 1, #hashes, 2 do
+    redis.call('DEL', hashes[i])
+    if redis.call('EXISTS', hashes[i + 1]) == 1 then redis.call('RENAME', hashes[i + 1], hashes[i]) end
+  end
+  return true
+end
+"""
+# Before the HSETs of a store of up to FIELDS_PER_COMMAND cuboids (`put`): refuse it in a Redis
+# whose holdings were not checked. KEYS: EPOCH, REFUSED, the hash, where it is moved aside.
+_GUARD = _ASIDE + """
+if redis.call('EXISTS', KEYS[1]) == 0 then refuse(KEYS[2], {KEYS[3], KEYS[4]}) end
+return 1"""
+# Store one supercuboid's new cuboids (the HSETs before it in the MULTI, or its staged hash renamed
+# over it) and mark it resident, and dirty with a fresh seq: all or nothing, and only in a Redis
+# whose holdings were checked (refused, a staged hash is dropped). KEYS: its hash, its staging
+# hash, INDEX, DIRTY, SEQ, SEQS, EPOCH, REFUSED, where _GUARD moved the hash aside; ARGV: name,
+# now, dirty, staged.
+_COMMIT = _ASIDE + """
+if undone(KEYS[8], {KEYS[1], KEYS[9]}) or redis.call('EXISTS', KEYS[7]) == 0 then
+  redis.call('DEL', KEYS[2])
+  return redis.error_reply('UNVERIFIED')
+end
 if ARGV[4] == '1' then redis.call('RENAME', KEYS[2], KEYS[1]) end
-if #ARGV > 4 then redis.call('HSET', KEYS[1], unpack(ARGV, 5)) end
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
 if ARGV[3] == '1' then
   redis.call('ZADD', KEYS[4], 'NX', ARGV[2], ARGV[1])
@@ -93,20 +129,11 @@ return 1"""
 # since its snapshot: the Redis is checked, no supercuboid is lost, each is resident, no one holds
 # its lock (a writer between its steps, or a reader: the flusher writes back under a read lock and
 # then clears the dirty mark, which must not forget this write), and each partly covered cuboid it
-# merged into still has the digest it read. Its new cuboids do not go through a script: Redis
-# copies a script's arguments into Lua (1.6 ms of its CPU for the ~0.7 MB of a 64x64x8 write's
-# cuboids, against 0.7 ms as an HSET in a MULTI). So `commit_unlocked` sends one MULTI of three
-# steps: _CHECK_COMMIT checks; plain HSETs store the cuboids; _FINISH_COMMIT marks them resident
-# and dirty with a fresh seq. A transaction runs alone, so when the check fails it moves each
-# supercuboid's hash aside (RENAME, O(1)) and raises REFUSED, the HSETs then land in fresh hashes,
-# and _FINISH_COMMIT drops those and moves the old hashes back: nothing changed, and no one saw
-# the steps in between. The check must answer, not fail: an error half way through it would let
-# the HSETs land unchecked, so it only reads keys of the types it expects (ours) and renames a
-# hash only after EXISTS. (Under maxmemory Redis refuses the HSETs when the MULTI is queued, and
-# with them the whole transaction.) KEYS: EPOCH, LOST, INDEX, REFUSED, then per supercuboid its hash, its
-# lock's readers and writer, the name its hash is moved aside to; ARGV: per supercuboid its name,
-# the count of digests expected and (field, digest) pairs. 1 when the check passed.
-_CHECK_COMMIT = """
+# merged into still has the digest it read. `commit_unlocked` sends one MULTI: _CHECK_COMMIT, the
+# HSETs of the new cuboids, _FINISH_COMMIT (see _ASIDE). KEYS: EPOCH, LOST, INDEX, REFUSED, then per
+# supercuboid its hash, its lock's readers and writer, where its hash is moved aside; ARGV: per
+# supercuboid its name, the count of digests expected and (field, digest) pairs.
+_CHECK_COMMIT = _ASIDE + """
 local ok = redis.call('EXISTS', KEYS[1]) == 1
 local at = 1
 local count = (#KEYS - 4) / 4
@@ -122,23 +149,19 @@ for i = 1, count do
   at = at + 2 + 2 * expected
 end
 if ok then return 1 end
-redis.call('SET', KEYS[4], '1')
+local hashes = {}
 for i = 1, count do
   local b = 4 + 4 * (i - 1)
-  if redis.call('EXISTS', KEYS[b + 1]) == 1 then redis.call('RENAME', KEYS[b + 1], KEYS[b + 4]) end
+  table.insert(hashes, KEYS[b + 1])
+  table.insert(hashes, KEYS[b + 4])
 end
+refuse(KEYS[4], hashes)
 return 0"""
-# KEYS: INDEX, DIRTY, SEQ, SEQS, REFUSED, then per supercuboid its hash and the name it was moved
-# aside to; ARGV: now, then the supercuboids' names. 1 when the write was applied.
-_FINISH_COMMIT = """
-if redis.call('EXISTS', KEYS[5]) == 1 then
-  redis.call('DEL', KEYS[5])
-  for i = 6, #KEYS, 2 do
-    redis.call('DEL', KEYS[i])
-    if redis.call('EXISTS', KEYS[i + 1]) == 1 then redis.call('RENAME', KEYS[i + 1], KEYS[i]) end
-  end
-  return 0
-end
+# The new cuboids marked resident and dirty with a fresh seq, unless _CHECK_COMMIT refused them.
+# KEYS: INDEX, DIRTY, SEQ, SEQS, REFUSED, then per supercuboid its hash and where it was moved
+# aside; ARGV: now, then the supercuboids' names. 1 when the write was applied.
+_FINISH_COMMIT = _ASIDE + """
+if undone(KEYS[5], {unpack(KEYS, 6)}) then return 0 end
 for i = 2, #ARGV do
   redis.call('ZADD', KEYS[1], ARGV[1], ARGV[i])
   redis.call('ZADD', KEYS[2], 'NX', ARGV[1], ARGV[i])
@@ -328,9 +351,10 @@ class RedisCuboidCache:
         nothing: a writer that dies half way (SIGKILL, a lost connection) leaves the old cuboids,
         never some of each. Up to FIELDS_PER_COMMAND blobs go in one HSET; more are written into
         a staging hash (a copy of the stored one unless they replace all of it) at pipeline speed
-        and renamed over it. That HSET or RENAME runs in one script with the marks (one script of
-        every HSET would be atomic too, but Redis then buffers 16 MiB of AOF at once: 3x slower),
-        which refuses (RedisUnverified) in a Redis whose holdings were not checked.
+        and renamed over it. That HSET runs in one MULTI with the marks' script (see _ASIDE), the
+        RENAME in that script (one MULTI of every HSET would be atomic too, but Redis then
+        buffers 16 MiB of AOF at once: 3x slower); either refuses (RedisUnverified) in a Redis
+        whose holdings were not checked, having changed nothing.
         On a Cluster a script holds one slot's keys: the supercuboid is marked dirty before it
         changes (a writer dying then leaves it unchanged, written back as it is) and resident after."""
         main = _hash(name)
@@ -351,9 +375,16 @@ class RedisCuboidCache:
                      else self._redis.hset(main, mapping=dict(items + sums)))
             self._do(lambda: self._redis.zadd(INDEX, {name: now}))
             return
-        pairs = [] if staged else [v for field, blob in items + sums for v in (field, blob)]
-        self._do(lambda: self._commit(keys=[main, _staging(name), INDEX, DIRTY, SEQ, SEQS, EPOCH],
-                                      args=[name, now, int(dirty), int(staged), *pairs]))
+        commit_keys = [main, _staging(name), INDEX, DIRTY, SEQ, SEQS, EPOCH, REFUSED, _aside(name)]
+        if staged:
+            self._do(lambda: self._commit(keys=commit_keys, args=[name, now, int(dirty), 1]))
+            return
+        pipe = self._redis.pipeline(transaction=True)  # the cuboids as an HSET, not through Lua (_ASIDE)
+        pipe.eval(_GUARD, 4, EPOCH, REFUSED, main, _aside(name))
+        if items:
+            pipe.hset(main, items=[v for field, blob in items + sums for v in (field, blob)])
+        pipe.eval(_COMMIT, len(commit_keys), *commit_keys, name, now, int(dirty), 0)
+        self._do(pipe.execute)
 
     def page_in(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float, run: str) -> None:
         """Store a supercuboid's clean cuboids, copied from the base tier, and mark it resident,

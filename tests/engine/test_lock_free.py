@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from ndstore.core.chunks import compress_cuboid, cuboid_boxes
-from ndstore.core.errors import DataLost
+from ndstore.core.errors import DataLost, RedisUnverified
 from ndstore.core.geometry import Box
 from ndstore.engine.cache_tier import SNAPSHOT_CUBOIDS, CacheTier
 from ndstore.engine.volume import make_cutout
@@ -283,19 +283,38 @@ def test_a_refused_commit_leaves_the_redis_as_it_was(cache_tier: CacheTier, redi
     else:
         direct.delete(EPOCH)
 
-    def state() -> dict[bytes, Any]:
-        out: dict[bytes, Any] = {}
-        for key in sorted(direct.keys("*")):
-            kind = direct.type(key)
-            out[key] = (direct.hgetall(key) if kind == b"hash" else direct.zrange(key, 0, -1, withscores=True)
-                        if kind == b"zset" else direct.get(key) if kind == b"string" else kind)
-        return out
-
-    before = state()
+    before = everything_in(direct)
     new = {name: {0: compress_cuboid(np.full(GRID.cuboid[::-1], 9, np.uint8)),
                   1: compress_cuboid(np.full(GRID.cuboid[::-1], 8, np.uint8))}}
     assert not cache.commit_unlocked(new, expected, {name: lock_keys(name)}, 2.0)
-    assert state() == before
+    assert everything_in(direct) == before
+
+
+@pytest.mark.parametrize("cuboids", [2, 12])  # one HSET in the commit's MULTI; a staged hash renamed
+def test_a_store_into_an_unchecked_redis_is_refused_and_changes_nothing(cache_tier: CacheTier, redis_url: str,
+                                                                         cuboids: int) -> None:
+    """The locked path's store (`put`) sends its cuboids as HSETs in a MULTI as well: in a Redis
+    whose holdings were not checked it is refused (RedisUnverified) and every key stays as it was."""
+    cache_tier.write(cut(WHOLE), values(WHOLE, 38))
+    cache_tier.flush_all()
+    (name,) = cut(SMALL).plan().names
+    direct = redis.Redis.from_url(redis_url)
+    direct.delete(EPOCH)
+    before = everything_in(direct)
+    new = {n: compress_cuboid(np.full(GRID.cuboid[::-1], n + 1, np.uint8)) for n in range(cuboids)}
+    with pytest.raises(RedisUnverified):
+        cache_tier._cache.put(name, new, 3.0, dirty=True)
+    assert everything_in(direct) == before
+
+
+def everything_in(direct: redis.Redis) -> dict[bytes, Any]:
+    """Every key of a Redis and what it holds."""
+    out: dict[bytes, Any] = {}
+    for key in sorted(direct.keys("*")):
+        kind = direct.type(key)
+        out[key] = (direct.hgetall(key) if kind == b"hash" else direct.zrange(key, 0, -1, withscores=True)
+                    if kind == b"zset" else direct.get(key) if kind == b"string" else kind)
+    return out
 
 
 def test_concurrent_small_writes_into_one_cuboid_all_land(tmp_path: Path, redis_url: str) -> None:
