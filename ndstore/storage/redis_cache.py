@@ -53,9 +53,9 @@ return 1"""
 # Cuboids go into Redis as plain HSETs inside a MULTI, not as a script's arguments: Redis copies
 # those into Lua (1.6 ms of its CPU for the ~0.7 MB of a 64x64x8 write's cuboids, against 0.7 ms
 # as an HSET in a MULTI; docs/design/serving.md, section 18). A transaction cannot skip its later
-# commands, so the script before the HSETs that finds the store must not happen calls `refuse`: it
-# moves the hashes aside (RENAME, O(1)) and raises a flag, the HSETs land in fresh hashes, and the
-# script after them calls `undone`, which drops those and moves the old hashes back. A transaction
+# commands: when the script before the HSETs finds that the store must not happen, it calls
+# `refuse`, which moves the hashes aside (RENAME, O(1)) and raises a flag; the HSETs land in fresh
+# hashes, and the script after them calls `undone`, which drops those and moves the old hashes back. A transaction
 # runs alone: no one sees the steps in between, and a refused store changes nothing. The script
 # before must answer, not fail (an error half way would let the HSETs land unchecked): it reads
 # only keys of the types it expects (ours) and renames a hash only after EXISTS. (Under maxmemory
