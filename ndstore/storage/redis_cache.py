@@ -16,7 +16,7 @@ supercuboid's lock; this adapter only stores.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import redis
@@ -225,6 +225,14 @@ def _digest(blob: bytes | memoryview) -> bytes:
     return xxhash.xxh3_64_digest(blob)
 
 
+def _in_batches(blobs: Mapping[int, bytes | memoryview]) -> Iterator[list[Any]]:
+    """``blobs`` (cuboid -> blob) as one HSET's items per FIELDS_PER_COMMAND cuboids: each cuboid's
+    field and blob, then its digest's field and digest."""
+    items = list(blobs.items())
+    for at in range(0, len(items), FIELDS_PER_COMMAND):
+        yield [v for n, b in items[at:at + FIELDS_PER_COMMAND] for v in (str(n), b, digest_field(n), _digest(b))]
+
+
 def _checked(name: str, numbers: Sequence[int], reply: list[bytes | None]) -> list[bytes | None]:
     """The blobs of an HMGET of ``numbers`` then their digests; a blob whose digest is stored
     and differs is damage (a missing digest is a blob stored before digests were)."""
@@ -324,10 +332,8 @@ class RedisCuboidCache:
         pipe = self._redis.pipeline(transaction=True)
         pipe.eval(_CHECK_COMMIT, len(check_keys), *check_keys, *check_args)
         for name, new in blobs.items():
-            items = list(new.items())
-            for i in range(0, len(items), FIELDS_PER_COMMAND):  # inside the MULTI: still all or nothing
-                pipe.hset(_hash(name), items=[v for n, b in items[i:i + FIELDS_PER_COMMAND]
-                                              for v in (str(n), b, digest_field(n), _digest(b))])
+            for batch in _in_batches(new):  # inside the MULTI: still all or nothing
+                pipe.hset(_hash(name), items=batch)
         pipe.eval(_FINISH_COMMIT, len(finish_keys), *finish_keys, now, *blobs)
         return bool(self._do(pipe.execute)[-1])
 
@@ -358,21 +364,21 @@ class RedisCuboidCache:
         On a Cluster a script holds one slot's keys: the supercuboid is marked dirty before it
         changes (a writer dying then leaves it unchanged, written back as it is) and resident after."""
         main = _hash(name)
-        items: list[tuple[str, bytes | memoryview]] = [(str(n), b) for n, b in blobs.items()]
-        sums: list[tuple[str, bytes | memoryview]] = [(digest_field(n), _digest(b)) for n, b in blobs.items()]
-        staged = len(items) > FIELDS_PER_COMMAND
+        batches = list(_in_batches(blobs))
+        staged = len(blobs) > FIELDS_PER_COMMAND
         if staged:
-            self._do(lambda: self._stage(keys=[main, _staging(name)], args=[f for f, _ in items + sums]))
+            self._do(lambda: self._stage(keys=[main, _staging(name)], args=_fields(list(blobs))))
             pipe = self._redis.pipeline(transaction=False)
-            for i in range(0, len(items), FIELDS_PER_COMMAND):
-                batch = slice(i, i + FIELDS_PER_COMMAND)
-                pipe.hset(_staging(name), mapping=dict(items[batch] + sums[batch]))
+            for batch in batches:
+                pipe.hset(_staging(name), items=batch)
             self._do(pipe.execute)
         if self._cluster:
             if dirty:
                 self._do(lambda: self._mark(keys=[DIRTY, SEQ, SEQS, EPOCH], args=[name, now]))
-            self._do(lambda: self._redis.rename(_staging(name), main) if staged
-                     else self._redis.hset(main, mapping=dict(items + sums)))
+            if staged:
+                self._do(lambda: self._redis.rename(_staging(name), main))
+            elif batches:
+                self._do(lambda: self._redis.hset(main, items=batches[0]))
             self._do(lambda: self._redis.zadd(INDEX, {name: now}))
             return
         commit_keys = [main, _staging(name), INDEX, DIRTY, SEQ, SEQS, EPOCH, REFUSED, _aside(name)]
@@ -381,8 +387,8 @@ class RedisCuboidCache:
             return
         pipe = self._redis.pipeline(transaction=True)  # the cuboids as an HSET, not through Lua (_ASIDE)
         pipe.eval(_GUARD, 4, EPOCH, REFUSED, main, _aside(name))
-        if items:
-            pipe.hset(main, items=[v for field, blob in items + sums for v in (field, blob)])
+        if batches:  # not staged: one
+            pipe.hset(main, items=batches[0])
         pipe.eval(_COMMIT, len(commit_keys), *commit_keys, name, now, int(dirty), 0)
         self._do(pipe.execute)
 
@@ -410,11 +416,9 @@ class RedisCuboidCache:
 
     def _fill_into(self, pipe: Any, name: str, blobs: Mapping[int, bytes | memoryview], run: str,
                    only_absent: bool) -> None:
-        items = list(blobs.items())
-        for at in range(0, len(items), FIELDS_PER_COMMAND):
-            quads = [v for n, b in items[at:at + FIELDS_PER_COMMAND] for v in (str(n), b, digest_field(n), _digest(b))]
+        for quads in _in_batches(blobs):
             if self._cluster:
-                pipe.hset(_hash(name), mapping=dict(zip(quads[::2], quads[1::2])))
+                pipe.hset(_hash(name), items=quads)
             else:
                 pipe.eval(_FILL, 2, _hash(name), EPOCH, run, int(only_absent), *quads)
 
