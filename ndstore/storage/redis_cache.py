@@ -78,6 +78,17 @@ local function undone(flag, hashes)
   return true
 end
 """
+# A stored supercuboid marked resident (INDEX at ``now``) and, if ``dirty``, dirty (since its first
+# unflushed write) with a fresh seq: what every store ends with.
+_MARKED = """
+local function marked(index, dirty_set, seq, seqs, name, now, dirty)
+  redis.call('ZADD', index, now, name)
+  if dirty then
+    redis.call('ZADD', dirty_set, 'NX', now, name)
+    redis.call('HSET', seqs, name, redis.call('INCR', seq))
+  end
+end
+"""
 # Before the HSETs of a store of up to FIELDS_PER_COMMAND cuboids (`put`): refuse it in a Redis
 # whose holdings were not checked. KEYS: EPOCH, REFUSED, the hash, where it is moved aside.
 _GUARD = _ASIDE + """
@@ -88,17 +99,13 @@ return 1"""
 # whose holdings were checked (refused, a staged hash is dropped). KEYS: its hash, its staging
 # hash, INDEX, DIRTY, SEQ, SEQS, EPOCH, REFUSED, where _GUARD moved the hash aside; ARGV: name,
 # now, dirty, staged.
-_COMMIT = _ASIDE + """
+_COMMIT = _ASIDE + _MARKED + """
 if undone(KEYS[8], {KEYS[1], KEYS[9]}) or redis.call('EXISTS', KEYS[7]) == 0 then
   redis.call('DEL', KEYS[2])
   return redis.error_reply('UNVERIFIED')
 end
 if ARGV[4] == '1' then redis.call('RENAME', KEYS[2], KEYS[1]) end
-redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
-if ARGV[3] == '1' then
-  redis.call('ZADD', KEYS[4], 'NX', ARGV[2], ARGV[1])
-  redis.call('HSET', KEYS[6], ARGV[1], redis.call('INCR', KEYS[5]))
-end
+marked(KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[1], ARGV[2], ARGV[3] == '1')
 return 1"""
 # On a Cluster the hash lives on another node: only the dirty mark and its seq here (KEYS: DIRTY,
 # SEQ, SEQS, EPOCH; ARGV: name, now).
@@ -160,13 +167,9 @@ return 0"""
 # The new cuboids marked resident and dirty with a fresh seq, unless _CHECK_COMMIT refused them.
 # KEYS: INDEX, DIRTY, SEQ, SEQS, REFUSED, then per supercuboid its hash and where it was moved
 # aside; ARGV: now, then the supercuboids' names. 1 when the write was applied.
-_FINISH_COMMIT = _ASIDE + """
+_FINISH_COMMIT = _ASIDE + _MARKED + """
 if undone(KEYS[5], {unpack(KEYS, 6)}) then return 0 end
-for i = 2, #ARGV do
-  redis.call('ZADD', KEYS[1], ARGV[1], ARGV[i])
-  redis.call('ZADD', KEYS[2], 'NX', ARGV[1], ARGV[i])
-  redis.call('HSET', KEYS[4], ARGV[i], redis.call('INCR', KEYS[3]))
-end
+for i = 2, #ARGV do marked(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[i], ARGV[1], true) end
 return 1"""
 # A page-in's cuboids are clean copies of what the base tier holds: Redis neither logs them to its
 # AOF nor sends them to replicas (REPL_NONE). Redis copies a script's arguments into Lua (~1.4 ms
