@@ -7,6 +7,7 @@ comes in (built at the edge: `Config.from_env()`); nothing here reads the enviro
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -55,6 +56,8 @@ from ndstore.storage.sqlite_job_state import SqliteJobState
 from ndstore.storage.sqlite_queue import SqliteQueues
 from ndstore.storage.sqs import SqsQueues
 from ndstore.storage.tile_bucket import S3TileBucket
+
+log = logging.getLogger(__name__)
 
 
 def credentials(c: Config) -> Credentials | None:
@@ -253,6 +256,25 @@ def services() -> Services:
         if services.cache_info().currsize:  # built while this thread waited for the lock
             return services()
         return build(Config.from_env())
+
+
+def build_in_background() -> threading.Thread:
+    """Build this process's services() now, in a thread of its own, so that a web worker's first
+    request does not wait for them: with S3 and DynamoDB the build takes ~0.2-0.3 s (boto3's
+    clients, the bucket's and the table's checks). Requests that arrive meanwhile wait for this
+    build as they would for another request's. A failure is logged and met again by the first
+    request (services() keeps no failed build)."""
+
+    def run() -> None:
+        try:
+            services()
+        except Exception as exc:  # noqa: BLE001 - whatever it is, the first request meets it again
+            log.warning("services not built at start (the first request builds them): %s: %s",
+                        type(exc).__name__, exc)
+
+    thread = threading.Thread(target=run, name="ndstore-services-build", daemon=True)
+    thread.start()
+    return thread
 
 
 @functools.lru_cache(maxsize=1)
