@@ -24,6 +24,7 @@ import xxhash
 from redis.cluster import RedisCluster
 
 from ndstore.core.errors import DamagedInCache, RedisUnverified, StorageError
+from ndstore.core.geometry import CUBOID_BYTES
 from ndstore.storage.interfaces import Held
 
 INDEX = "ndc:index"
@@ -37,8 +38,12 @@ UNVERIFIED = "UNVERIFIED"
 STALE_RUN = "STALE_RUN"
 # Redis appends each write command to its AOF buffer, which grows by at most 1 MiB at a time: a
 # 16 MiB HSET of a whole supercuboid is copied over and over (measured: 250 MB/s). Commands of
-# 8 cuboids (about 2 MiB) went at about 1 GB/s.
+# 8 cuboids of incompressible voxels (about 2 MiB) went at about 1 GB/s. So a command carries at
+# most COMMAND_BYTES of blobs: 8 such cuboids, or as many compressed ones (labels, sparse or empty
+# regions: a few KiB each) as fit, where a count of 8 sent their whole supercuboid in 8 commands
+# (and staged any store of more than 8: docs/design/serving.md, section 20).
 FIELDS_PER_COMMAND = 8
+COMMAND_BYTES = FIELDS_PER_COMMAND * (CUBOID_BYTES + 1024)  # room for blosc's header on each
 # Start a staging hash empty, or as a copy of the stored one when it has fields the new ones do
 # not replace. COPY runs in Redis, and the AOF records the command, not the 16 MiB it copies.
 # KEYS: the hash, its staging hash; ARGV: the fields about to be written.
@@ -89,7 +94,7 @@ local function marked(index, dirty_set, seq, seqs, name, now, dirty)
   end
 end
 """
-# Before the HSETs of a store of up to FIELDS_PER_COMMAND cuboids (`put`): refuse it in a Redis
+# Before the HSET of a store that fits one command (`put`): refuse it in a Redis
 # whose holdings were not checked. KEYS: EPOCH, REFUSED, the hash, where it is moved aside.
 _GUARD = _ASIDE + """
 if redis.call('EXISTS', KEYS[1]) == 0 then refuse(KEYS[2], {KEYS[3], KEYS[4]}) end
@@ -229,11 +234,19 @@ def _digest(blob: bytes | memoryview) -> bytes:
 
 
 def _in_batches(blobs: Mapping[int, bytes | memoryview]) -> Iterator[list[Any]]:
-    """``blobs`` (cuboid -> blob) as one HSET's items per FIELDS_PER_COMMAND cuboids: each cuboid's
-    field and blob, then its digest's field and digest."""
-    items = list(blobs.items())
-    for at in range(0, len(items), FIELDS_PER_COMMAND):
-        yield [v for n, b in items[at:at + FIELDS_PER_COMMAND] for v in (str(n), b, digest_field(n), _digest(b))]
+    """``blobs`` (cuboid -> blob) as one HSET's items per run of at most COMMAND_BYTES of blobs (at
+    least one cuboid each), in order: each cuboid's field and blob, then its digest's field and
+    digest."""
+    batch: list[Any] = []
+    size = 0
+    for n, b in blobs.items():
+        if batch and size + len(b) > COMMAND_BYTES:
+            yield batch
+            batch, size = [], 0
+        batch += (str(n), b, digest_field(n), _digest(b))
+        size += len(b)
+    if batch:
+        yield batch
 
 
 def _checked(name: str, numbers: Sequence[int], reply: list[bytes | None]) -> list[bytes | None]:
@@ -358,8 +371,8 @@ class RedisCuboidCache:
     def put(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float, dirty: bool) -> None:
         """Store cuboid blobs and record the supercuboid resident (and dirty if asked), all or
         nothing: a writer that dies half way (SIGKILL, a lost connection) leaves the old cuboids,
-        never some of each. Up to FIELDS_PER_COMMAND blobs go in one HSET; more are written into
-        a staging hash (a copy of the stored one unless they replace all of it) at pipeline speed
+        never some of each. Blobs that fit one command (COMMAND_BYTES) go in one HSET; more are
+        written into a staging hash (a copy of the stored one unless they replace all of it) at pipeline speed
         and renamed over it. That HSET runs in one MULTI with the marks' script (see _ASIDE), the
         RENAME in that script (one MULTI of every HSET would be atomic too, but Redis then
         buffers 16 MiB of AOF at once: 3x slower); either refuses (RedisUnverified) in a Redis
@@ -368,7 +381,7 @@ class RedisCuboidCache:
         changes (a writer dying then leaves it unchanged, written back as it is) and resident after."""
         main = _hash(name)
         batches = list(_in_batches(blobs))
-        staged = len(blobs) > FIELDS_PER_COMMAND
+        staged = len(batches) > 1
         if staged:
             self._do(lambda: self._stage(keys=[main, _staging(name)], args=_fields(list(blobs))))
             pipe = self._redis.pipeline(transaction=False)

@@ -290,7 +290,8 @@ def test_a_refused_commit_leaves_the_redis_as_it_was(cache_tier: CacheTier, redi
     assert everything_in(direct) == before
 
 
-@pytest.mark.parametrize("cuboids", [2, 12])  # one HSET in the commit's MULTI; a staged hash renamed
+@pytest.mark.parametrize("cuboids", [2, 12])  # one HSET in the commit's MULTI; a staged hash renamed (12
+# incompressible cuboids need more than one command: test_redis_commands.py)
 def test_a_store_into_an_unchecked_redis_is_refused_and_changes_nothing(cache_tier: CacheTier, redis_url: str,
                                                                          cuboids: int) -> None:
     """The locked path's store (`put`) sends its cuboids as HSETs in a MULTI as well: in a Redis
@@ -301,7 +302,8 @@ def test_a_store_into_an_unchecked_redis_is_refused_and_changes_nothing(cache_ti
     direct = redis.Redis.from_url(redis_url)
     direct.delete(EPOCH)
     before = everything_in(direct)
-    new = {n: compress_cuboid(np.full(GRID.cuboid[::-1], n + 1, np.uint8)) for n in range(cuboids)}
+    noise = np.random.default_rng(cuboids)
+    new = {n: compress_cuboid(noise.integers(0, 256, GRID.cuboid[::-1], np.uint8)) for n in range(cuboids)}
     with pytest.raises(RedisUnverified):
         cache_tier._cache.put(name, new, 3.0, dirty=True)
     assert everything_in(direct) == before
