@@ -3,14 +3,16 @@ cache, the readers-writer locks and the base tier: everything else (direct I/O, 
 and merges, the flusher and the cache manager, downsampling, purges) calls the small surface
 below, so the coherence protocol between a cached copy and the base tier is written once.
 
-Small read and write (at most SNAPSHOT_CUBOIDS and LOCK_FREE_WRITE_CUBOIDS cuboids, locks in the
-cache's own Redis): no lock
-is taken. A read is one script that reads the cuboids as an atomic snapshot when every
-supercuboid is resident, none is lost and no writer holds one. A write reads the partly covered
-cuboids so (with their digests), merges, and commits only if no one holds a lock on them and
-those cuboids still have the digests it read (optimistic: two round trips instead of five; the
-commit is one MULTI that does not copy the cuboids into Lua, see RedisCuboidCache.commit_unlocked).
-Otherwise, and for every larger request, the locked read and write below.
+Small read and write (locks in the cache's own Redis; a read of at most SNAPSHOT_CUBOIDS cuboids,
+a write of at most LOCK_FREE_WRITE_CUBOIDS of which at most SNAPSHOT_CUBOIDS partly covered, whose
+new blobs come to at most LOCK_FREE_WRITE_BYTES): no lock is taken. A read is one script that
+reads the cuboids as an atomic snapshot when every supercuboid is resident, none is lost and no
+writer holds one. A write compresses its whole cuboids, reads the partly covered cuboids so (with
+their digests), merges, and commits only if no one holds a lock on them and those cuboids still
+have the digests it read (optimistic: two round trips instead of five; the commit is one MULTI
+that does not copy the cuboids into Lua, see RedisCuboidCache.commit_unlocked). Otherwise, and
+for every larger request, the locked read and write below (a write that tried first hands on the
+whole cuboids it compressed: none is compressed twice).
 Read: plan the box into supercuboids; take read locks on the resident ones and write locks on
 the missing ones, together (one consistent snapshot); fetch what is still missing from the base
 tier (re-checked under its write lock, so concurrent misses of one supercuboid fetch it once) and
@@ -60,7 +62,7 @@ from ndstore.core.chunks import (
     split_supercuboid,
 )
 from ndstore.core.errors import DamagedInCache, DataCorrupt, DataLost, InvalidBody, StorageError
-from ndstore.core.geometry import Grid, SupercuboidPart
+from ndstore.core.geometry import CUBOID_BYTES, Grid, SupercuboidPart
 from ndstore.core.keys import SupercuboidKey
 from ndstore.core.observe import NULL, Observer
 from ndstore.core.parallel import map_ordered, run_all
@@ -75,11 +77,15 @@ Array = npt.NDArray[Any]
 Blob = bytes | memoryview  # a cuboid's blosc bytes, or a view of them in a fetched supercuboid object
 T = TypeVar("T")
 READ_BATCH = 256  # at most this many supercuboids per locked snapshot of a read (see CacheTier.read)
-# Reads and writes of at most these many cuboids (4 MiB of uint8) go without locks (see above).
-# Measured in-process (docs/design/serving.md, sections 5 and 18): faster at every size up to
-# these. Writes stopped at 8 while a commit copied its cuboids into Lua (16 were slower then).
+# Reads of at most these many cuboids (4 MiB of uint8) go without locks (see above). Measured
+# in-process (docs/design/serving.md, sections 5 and 18): faster at every size up to these.
 SNAPSHOT_CUBOIDS = 16
-LOCK_FREE_WRITE_CUBOIDS = 16
+# Writes go without locks up to a supercuboid's worth of cuboids when their new blobs fit what 16
+# incompressible cuboids take (so a supercuboid of labels does, and one of EM voxels does not): a
+# commit is one transaction, which Redis buffers whole for its AOF, and one of 16 MiB took 1.4-1.8x
+# as long as the locked path's commands of 2 MiB (serving.md, section 20).
+LOCK_FREE_WRITE_CUBOIDS = 64
+LOCK_FREE_WRITE_BYTES = 16 * (CUBOID_BYTES + 1024)  # room for blosc's header on each
 META = -1  # cache field holding "dtype cuboid-shape counts", so the flusher needs no metadata DB
 
 
@@ -312,41 +318,53 @@ class CacheTier:
     def write(self, cutout: Cutout, data: Array) -> None:
         if data.shape != cutout.shape or data.dtype != cutout.channel.dtype:
             raise InvalidBody(f"data {data.shape} {data.dtype} does not fit the box {cutout.shape}")
-        if self._write_unlocked(cutout, data):
+        whole = self._write_unlocked(cutout, data)
+        if whole is None:
             return
         run = self.guard(cutout.plan().names)
         try:
-            self._write(cutout, data, run)
+            self._write(cutout, data, run, whole)
         except DamagedInCache as exc:  # a partly covered cuboid to merge into: dropped, paged in again
             self._repair(exc)
-            self._write(cutout, data, run)
+            self._write(cutout, data, run, whole)
 
-    def _write_unlocked(self, cutout: Cutout, data: Array) -> bool:
-        """The optimistic small write (see the module's docstring); False when it does not apply
-        or something it read changed before it could commit (then it stored nothing)."""
+    def _write_unlocked(self, cutout: Cutout, data: Array) -> dict[str, dict[int, bytes]] | None:
+        """The optimistic small write (see the module's docstring): None once committed. Otherwise
+        (it does not apply, its blobs are too many bytes for one transaction, or something it read
+        changed before it could commit: then it stored nothing) the blobs of the whole cuboids it
+        compressed, by supercuboid, for the locked write to store."""
         plan = cutout.plan()
         if self._lock_keys is None or cutout.channel.write_through or len(plan.parts) > LOCK_FREE_WRITE_CUBOIDS:
-            return False
+            return {}
         grid = plan.grid
         touching = {p.key.name: self._touching(p.part, grid) for p in plan.parts}
-        if sum(len(items) for items in touching.values()) > LOCK_FREE_WRITE_CUBOIDS:
-            return False
         partly = {name: [n for n, cbox, sub in items if sub != cbox] for name, items in touching.items()}
+        if sum(len(items) for items in touching.values()) > LOCK_FREE_WRITE_CUBOIDS or \
+                sum(len(numbers) for numbers in partly.values()) > SNAPSHOT_CUBOIDS:
+            return {}
+        pieces = {p.key.name: (p, data[p.time_index][p.part.in_box(cutout.box)]) for p in plan.parts}
+        whole = {name: self._merged(p, grid, src, [t for t in touching[name] if t[2] == t[1]], {})
+                 for name, (p, src) in pieces.items()}
+        if _nbytes(whole) > LOCK_FREE_WRITE_BYTES:
+            return whole
         keys = {name: self._lock_keys(name) for name in touching}
         try:
             seen = self._cache.read_for_update(partly, {n: k[1] for n, k in keys.items()}, self._clock())
         except DamagedInCache:
-            return False  # the locked write finds it again and repairs it
+            return whole  # the locked write finds it again and repairs it
         if seen is None or any(v is None for blobs, digests in seen.values() for v in blobs + digests):
-            return False  # not resident, lost, locked, or a blob stored before digests were
-        new = {p.key.name: {META: _meta(data.dtype, grid),
-                            **self._merged(p, grid, data[p.time_index][p.part.in_box(cutout.box)], touching[p.key.name],
-                                           dict(zip(partly[p.key.name], seen[p.key.name][0])))}
-               for p in plan.parts}
+            return whole  # not resident, lost, locked, or a blob stored before digests were
+        new = {name: {META: _meta(data.dtype, grid), **whole[name],
+                      **self._merged(p, grid, src, [t for t in touching[name] if t[2] != t[1]],
+                                     dict(zip(partly[name], seen[name][0])))}
+               for name, (p, src) in pieces.items()}
+        if _nbytes(new) > LOCK_FREE_WRITE_BYTES:
+            return whole
         expected = {name: dict(zip(partly[name], seen[name][1])) for name in partly}
-        return self._cache.commit_unlocked(new, expected, keys, self._clock())
+        return None if self._cache.commit_unlocked(new, expected, keys, self._clock()) else whole
 
-    def _write(self, cutout: Cutout, data: Array, run: str) -> None:
+    def _write(self, cutout: Cutout, data: Array, run: str, whole: Mapping[str, Mapping[int, bytes]]) -> None:
+        """The locked write; ``whole``: blobs of whole cuboids compressed already, by supercuboid."""
         plan = cutout.plan()
         grid, keys = plan.grid, plan.keys
         touching = {p.key.name: self._touching(p.part, grid) for p in plan.parts}
@@ -374,7 +392,8 @@ class CacheTier:
                     del blobs
                 run_all(self._pool, lambda p: self._merge(p, grid, data[p.time_index][p.part.in_box(cutout.box)],
                                                           touching[p.key.name],
-                                                          dict(zip(partly[p.key.name], old[p.key.name] or []))),
+                                                          dict(zip(partly[p.key.name], old[p.key.name] or [])),
+                                                          whole.get(p.key.name, {})),
                         plan.parts)
                 rests = {name: _untouched(blobs, touching[name]) for name, blobs in objects.items()}
                 if rests and cutout.channel.write_through:  # written back now: complete them first
@@ -391,14 +410,14 @@ class CacheTier:
                 written_back.extend(self._flush_locked(key.name) for key in keys)
 
     def _merge(self, planned: PlannedPart, grid: Grid, src: Array, touching: list[Any],
-               old: dict[int, Blob | None]) -> None:
-        new = self._merged(planned, grid, src, touching, old)
+               old: dict[int, Blob | None], whole: Mapping[int, bytes]) -> None:
+        new = self._merged(planned, grid, src, touching, old, whole)
         self._cache.put(planned.key.name, {META: _meta(src.dtype, grid), **new}, self._clock(), dirty=True)
 
     def _merged(self, planned: PlannedPart, grid: Grid, src: Array, touching: list[Any],
-                old: Mapping[int, Blob | None]) -> dict[int, bytes]:
-        """The new blobs of the cuboids ``src`` touches: whole ones compressed, partly covered
-        ones merged into their ``old`` blob."""
+                old: Mapping[int, Blob | None], whole: Mapping[int, bytes] = {}) -> dict[int, bytes]:
+        """The new blobs of the ``touching`` cuboids of ``src``: whole ones compressed (or taken
+        from ``whole``, compressed already), partly covered ones merged into their ``old`` blob."""
         part = planned.part
         shape = (grid.cuboid[2], grid.cuboid[1], grid.cuboid[0])
         local = part.local_region(grid)
@@ -408,11 +427,13 @@ class CacheTier:
             piece = src[sub.slices_zyx(local.lo)]
             if sub == cbox:
                 return n, compress_cuboid(piece)
-            cuboid = decompress_cuboid(old[n] or b"", src.dtype, shape).copy()
+            cuboid = decompress_cuboid(old[n] or b"", src.dtype, shape)  # a fresh array of its own
             cuboid[sub.slices_zyx(cbox.lo)] = piece
             return n, compress_cuboid(cuboid)
 
-        return dict(map_ordered(self._codec, merged, touching))
+        # only the cuboids with work to do go to the pool: a hand-off costs more than a lookup
+        done = {n: whole[n] for n, _, _ in touching if n in whole}
+        return {**done, **dict(map_ordered(self._codec, merged, [t for t in touching if t[0] not in done]))}
 
     # -- coherence with the base tier: direct I/O, NDBlaze reads and merges --------------------
     @contextmanager
@@ -671,6 +692,10 @@ class CacheTier:
             self._cache.evict(name)
         self._observer.count("cache_repairs_total", outcome="lost" if self._cache.lost().get(name) else "paged again")
         self.guard([name])
+
+
+def _nbytes(blobs: Mapping[str, Mapping[int, bytes]]) -> int:
+    return sum(len(b) for found in blobs.values() for b in found.values())
 
 
 def _cuboids_of(obj: bytes | None, dtype: np.dtype, count: int) -> Sequence[Blob]:

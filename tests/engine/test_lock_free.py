@@ -17,7 +17,8 @@ import redis
 from ndstore.core.chunks import compress_cuboid, cuboid_boxes
 from ndstore.core.errors import DataLost, RedisUnverified
 from ndstore.core.geometry import Box
-from ndstore.engine.cache_tier import SNAPSHOT_CUBOIDS, CacheTier
+from ndstore.engine import cache_tier as cache_tier_module
+from ndstore.engine.cache_tier import LOCK_FREE_WRITE_BYTES, SNAPSHOT_CUBOIDS, CacheTier
 from ndstore.engine.volume import make_cutout
 from ndstore.storage import redis_client
 from ndstore.storage.redis_cache import EPOCH, RedisCuboidCache
@@ -160,9 +161,11 @@ def test_a_small_resident_write_is_two_round_trips(cache_tier: CacheTier, monkey
     assert cache_tier.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
 
 
-def test_a_write_of_up_to_16_cuboids_is_two_round_trips(cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Up to LOCK_FREE_WRITE_CUBOIDS (16: since a commit no longer copies its cuboids into Lua,
-    a write of 16 is faster lock-free, docs/design/serving.md section 18); one more takes locks."""
+def test_a_write_of_up_to_16_partly_covered_cuboids_is_two_round_trips(cache_tier: CacheTier,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to SNAPSHOT_CUBOIDS partly covered cuboids (16: since a commit no longer copies its
+    cuboids into Lua, a write of 16 is faster lock-free, docs/design/serving.md section 18); one
+    with more takes locks."""
     data = values(WHOLE, 35)
     cache_tier.write(cut(WHOLE), data)
     sixteen = Box((30, 30, 8), (30 + 3 * CUBOID[0] + 10, 30 + CUBOID[1] + 10, 8 + CUBOID[2]))  # 4 x 2 x 2
@@ -174,6 +177,32 @@ def test_a_write_of_up_to_16_cuboids_is_two_round_trips(cache_tier: CacheTier, m
         assert (sent == 2) == lock_free, sent
         data[0][box.slices_zyx()] = values(box, seed)[0]
     np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
+    assert cache_tier.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
+
+
+def test_a_supercuboid_of_labels_goes_without_locks_and_of_noise_with_each_cuboid_compressed_once(
+        cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to LOCK_FREE_WRITE_CUBOIDS whole cuboids go lock-free when their blobs fit
+    LOCK_FREE_WRITE_BYTES (labels: a few KiB each); incompressible ones take the locked path,
+    which stores the blobs the lock-free try compressed (serving.md section 20)."""
+    data = values(WHOLE, 41)
+    cache_tier.write(cut(WHOLE), data)
+    half = Box((0, 0, 0), (SC[0], SC[1], SC[2] // 2))  # 4 x 4 x 2 whole cuboids
+    assert len(cut(half).plan().parts) == 1 and len(cache_tier._touching(cut(half).plan().parts[0].part, GRID)) == 32
+    assert 32 > SNAPSHOT_CUBOIDS and 32 * CUBOID[0] * CUBOID[1] * CUBOID[2] > LOCK_FREE_WRITE_BYTES
+    labels = np.zeros((1, *half.shape_zyx), np.uint8)
+    labels[0, :, 100:300, 50:400] = 7
+    compressed: list[int] = []
+    real_compress = cache_tier_module.compress_cuboid
+    monkeypatch.setattr(cache_tier_module, "compress_cuboid", lambda c: compressed.append(1) or real_compress(c))
+    trips = RoundTrips(monkeypatch)
+    for written, lock_free in ((labels, True), (values(half, 42), False)):
+        compressed.clear()
+        sent, _ = trips.during(lambda w=written: cache_tier.write(cut(half), w))
+        assert (sent == 2) == lock_free, sent  # the snapshot's checks, the conditional commit
+        assert len(compressed) == 32
+        data[0][half.slices_zyx()] = written[0]
+        np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
     assert cache_tier.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
 
 
