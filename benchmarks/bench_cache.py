@@ -1,8 +1,9 @@
 """The cache tier through the HTTP service (the paper's Fig. 7 and 8 at this machine's scale):
 hot-cache read, cold-cache read and cache write of aligned 16 MiB regions vs client threads,
-and the latency of a hot 512x512x16 cutout, beside the ceilings of the same run (Redis HMGET and
-HSET of a supercuboid's 64 cuboids, loopback HTTP, blosc, and DESIGN §8's prototype of the hot
-path -- plain WSGI + Redis + blosc -- reading and writing the same regions: benchmarks/prototype.py).
+the latency of a hot 512x512x16 cutout, small writes and label writes, beside the ceilings of
+the same run (Redis HMGET and HSET of a supercuboid's 64 cuboids, loopback HTTP, blosc, and
+DESIGN §8's prototype of the hot path -- plain WSGI + Redis + blosc -- reading and writing the
+same regions: benchmarks/prototype.py).
 
     python -m benchmarks.bench_cache [--quick]
 """
@@ -187,6 +188,54 @@ def small_writes(stack: Stack, prefix: str, threads: int, rounds: int, per_threa
             "loopback_posts_per_s": summary(loop)}
 
 
+# An annotation channel's writes: sparse uint64 labels (cuboids of 128x128x2: a few KiB each once
+# compressed), a tool's stroke and a pipeline's or a proofreader's region of 32 whole cuboids.
+LABEL_WRITES = {"stroke_64x64x8": (64, 64, 8), "region_512x512x4": (512, 512, 4)}
+
+
+def label_writes(stack: Stack, rounds: int, n: int) -> dict[str, Any]:
+    """One client writing labels into a uint64 annotation channel over resident supercuboids:
+    writes/s and the whole service's CPU per write, for a 64x64x8 stroke at random positions and
+    a 512x512x4 region aligned to the cuboids (docs/design/serving.md, section 20)."""
+    import random
+
+    s, rng = stack.session(), random.Random(11)
+    r = s.post(f"{stack.url}/v1/collection/bench/experiment/e/channel/labels/",
+               json={"type": "annotation", "datatype": "uint64"})
+    if r.status_code != 201:
+        raise RuntimeError(f"creating the label channel answered {r.status_code}: {r.text}")
+    url = f"{stack.url}/v1/cutout/bench/e/labels/0"
+    span = (2 * SC[0], SC[1], 8)  # two supercuboids of uint64 (512x512x8 each), made resident first
+    base = np.ones(span[::-1], np.uint64)
+    s.post(f"{url}/0:{span[0]}/0:{span[1]}/0:{span[2]}/", data=blosc.compress(base, typesize=8),
+           headers={"Content-Type": "application/blosc"}).raise_for_status()
+    out: dict[str, Any] = {}
+    for name, (x_len, y_len, z_len) in LABEL_WRITES.items():
+        labels = np.zeros((z_len, y_len, x_len), np.uint64)
+        labels[:, y_len // 4:y_len // 2, x_len // 8:x_len // 2] = 10**12 + 7
+        body = blosc.compress(labels, typesize=8, cname="lz4", clevel=5)
+        step = 1 if name.startswith("stroke") else 128  # a region starts on a cuboid's corner
+
+        def write(body: bytes = body, x_len: int = x_len, y_len: int = y_len, z_len: int = z_len,
+                  step: int = step) -> None:
+            x = rng.randrange(0, span[0] - x_len + 1, step)
+            y = rng.randrange(0, span[1] - y_len + 1, step)
+            z = rng.randrange(0, span[2] - z_len + 1, 2 if step > 1 else 1)
+            s.post(f"{url}/{x}:{x + x_len}/{y}:{y + y_len}/{z}:{z + z_len}/", data=body,
+                   headers={"Content-Type": "application/blosc"}).raise_for_status()
+
+        write()
+        rates, cpu = [], []
+        for _ in range(rounds):
+            before, start = cpu_seconds(stack.pids), time.perf_counter()
+            for _ in range(n):
+                write()
+            rates.append(n / (time.perf_counter() - start))
+            cpu.append((cpu_seconds(stack.pids) - before) / n * 1e3)
+        out[name] = {"writes_per_s": summary(rates), "service_ms": summary(cpu)}
+    return out
+
+
 def tiny_requests(stack: Stack, prefix: str, rounds: int, n: int) -> dict[str, Any]:
     """Server CPU per tiny request (DESIGN §8: a 64x64x8 write, a 1-voxel read), one client
     thread so that no request waits on another: the whole service (web workers, Redis, nginx,
@@ -273,6 +322,9 @@ def table(record: dict[str, Any]) -> list[list[str]]:
         rows.append(["small random 64x64x8 writes, writes/s (goal ≥ 400)", str(threads), fmt(r["writes_per_s"]),
                      f"{r['writes_per_s']['median'] / r['loopback_posts_per_s']['median']:.2f} of loopback POSTs/s "
                      f"({r['loopback_posts_per_s']['median']:.0f})"])
+    for name, r in record.get("label_writes", {}).items():
+        rows.append([f"label writes (uint64 annotation channel), {name.replace('_', ' ')}: writes/s, service "
+                     "CPU ms/write", "1", f"{fmt(r['writes_per_s'])}, {fmt(r['service_ms'], 2)} ms", ""])
     for name, what in (("write_64x64x8", "64x64x8 write"), ("read_1_voxel", "1-voxel read")):
         if name in record.get("tiny", {}):
             r, plain = record["tiny"][name], record["tiny"]["plain_wsgi_ms"][name]["median"]
@@ -308,6 +360,7 @@ def main() -> None:
         record["tiny"] = tiny_requests(stack, prefix, rounds, 100 if args.quick else 300)
         record["small_writes"] = {t: small_writes(stack, prefix, t, rounds, 100 if args.quick else 300)
                                   for t in thread_counts[:3]}
+        record["label_writes"] = label_writes(stack, rounds, 100 if args.quick else 300)
     print(write_results("cache_tier", record, table(record), HEADER))
 
 
