@@ -343,8 +343,12 @@ class CacheTier:
                 sum(len(numbers) for numbers in partly.values()) > SNAPSHOT_CUBOIDS:
             return {}
         pieces = {p.key.name: (p, data[p.time_index][p.part.in_box(cutout.box)]) for p in plan.parts}
-        whole = {name: self._merged(p, grid, src, [t for t in touching[name] if t[2] == t[1]], {})
-                 for name, (p, src) in pieces.items()}
+
+        def whole_of(name: str) -> dict[int, bytes]:  # its whole cuboids compressed, as the locked write would
+            p, src = pieces[name]
+            return self._merged(p, grid, src, [t for t in touching[name] if t[2] == t[1]], {})
+
+        whole = dict(zip(pieces, map_ordered(self._pool, whole_of, list(pieces))))
         if _nbytes(whole) > LOCK_FREE_WRITE_BYTES:
             return whole
         keys = {name: self._lock_keys(name) for name in touching}
