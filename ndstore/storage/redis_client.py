@@ -1,19 +1,49 @@
-"""Redis clients tuned for large values: hiredis parses replies, the Python packer sends them.
+"""Redis clients tuned for large values: hiredis parses replies, the Python packer sends them,
+and the replies' segments are acknowledged at once.
 
 hiredis' command packer copies every value into one buffer, which made MSET/HSET of 256 KiB
 cuboids 4-8x slower here; redis-py's Python packer sends large values as separate chunks.
+
+A reply of many MiB (a supercuboid's cuboids) stalled now and then for 60-120 ms over loopback
+TCP: Linux delays a receiver's ACKs (its delayed-ACK timer, 40 ms and up) when it takes the
+connection for an interactive one, as a client that sends a command and reads its reply is;
+Redis then found its send buffer full and waited while this client waited in recv for data
+(strace of both sides; docs/design/serving.md, section 21). Setting TCP_QUICKACK before each
+read makes the kernel acknowledge what arrived at once. It is not sticky (the kernel returns to
+delayed ACKs by itself), hence before every read: one setsockopt, ~1 us.
 """
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import redis
+from redis._parsers.hiredis import _HiredisParser
 from redis.cluster import RedisCluster
 from redis.connection import Connection, PythonRespSerializer
 
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+
+
+class QuickAckParser(_HiredisParser):
+    """redis-py's hiredis parser, with TCP_QUICKACK set on the socket before each read."""
+
+    def read_from_socket(self, *args: Any, **kwargs: Any) -> Any:
+        sock = self._sock
+        if _QUICKACK is not None and sock is not None:  # a TCP socket: unix:// URLs take redis-py's own connection
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+            except OSError:
+                pass  # the socket is going away: the read below says so
+        return super().read_from_socket(*args, **kwargs)  # type: ignore[no-untyped-call]
+
 
 class LargeValueConnection(Connection):
+    def __init__(self, **kwargs: Any):
+        kwargs.setdefault("parser_class", QuickAckParser)
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+
     def _construct_command_packer(self, packer: Any) -> Any:
         return packer or PythonRespSerializer(self._buffer_cutoff, self.encoder.encode)
 
