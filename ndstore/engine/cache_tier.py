@@ -4,8 +4,8 @@ and merges, the flusher and the cache manager, downsampling, purges) calls the s
 below, so the coherence protocol between a cached copy and the base tier is written once.
 
 Small read and write (locks in the cache's own Redis; a read of at most SNAPSHOT_CUBOIDS cuboids,
-a write of at most LOCK_FREE_WRITE_CUBOIDS of which at most SNAPSHOT_CUBOIDS partly covered, whose
-new blobs come to at most LOCK_FREE_WRITE_BYTES): no lock is taken. A read is one script that
+a write of at most LOCK_FREE_WRITE_CUBOIDS of which at most LOCK_FREE_MERGE_CUBOIDS partly covered,
+whose new blobs come to at most LOCK_FREE_WRITE_BYTES): no lock is taken. A read is one script that
 reads the cuboids as an atomic snapshot when every supercuboid is resident, none is lost and no
 writer holds one. A write compresses its whole cuboids, reads the partly covered cuboids so (with
 their digests), merges, and commits only if no one holds a lock on them and those cuboids still
@@ -77,9 +77,14 @@ Array = npt.NDArray[Any]
 Blob = bytes | memoryview  # a cuboid's blosc bytes, or a view of them in a fetched supercuboid object
 T = TypeVar("T")
 READ_BATCH = 256  # at most this many supercuboids per locked snapshot of a read (see CacheTier.read)
-# Reads of at most these many cuboids (4 MiB of uint8) go without locks (see above). Measured
-# in-process (docs/design/serving.md, sections 5 and 18): faster at every size up to these.
-SNAPSHOT_CUBOIDS = 16
+# Reads of at most a supercuboid's worth of cuboids (16 MiB) go without locks (see above): faster
+# and cheaper in CPU at every size up to it (docs/design/serving.md, sections 5 and 21). Up to
+# SERIAL_DECODE_CUBOIDS they are decoded in the request's thread: a hop to the codec pool and back
+# costs more than a few decodes.
+SNAPSHOT_CUBOIDS = 64
+SERIAL_DECODE_CUBOIDS = 16
+# A lock-free write first reads the cuboids it covers partly: at most these many (4 MiB of uint8).
+LOCK_FREE_MERGE_CUBOIDS = 16
 # Writes go without locks up to a supercuboid's worth of cuboids when their new blobs fit what 16
 # incompressible cuboids take (so a supercuboid of labels does, and one of EM voxels does not): a
 # commit is one transaction, which Redis buffers whole for its AOF, and one of 16 MiB took 1.4-1.8x
@@ -187,7 +192,8 @@ class CacheTier:
         if self._lock_keys is None or len(plan.parts) > SNAPSHOT_CUBOIDS:
             return False
         wanted = {p.key.name: [n for n, _, _ in self._touching(p.part, plan.grid)] for p in plan.parts}
-        if sum(len(numbers) for numbers in wanted.values()) > SNAPSHOT_CUBOIDS:
+        count = sum(len(numbers) for numbers in wanted.values())
+        if count > SNAPSHOT_CUBOIDS:
             return False
         try:
             blobs = self._cache.read_unlocked(wanted, {n: self._lock_keys(n)[1] for n in wanted}, self._clock())
@@ -196,8 +202,9 @@ class CacheTier:
         if blobs is None or any(b is None for found in blobs.values() for b in found):
             return False
         self._observer.count("cache_reads_total", len(wanted), outcome="hit")
-        for p in plan.parts:  # <= 16 cuboids: a hop to a pool thread per cuboid costs more than its decode
-            self._decode(p, blobs[p.key.name], wanted[p.key.name], plan.grid, out, cutout, serial=True)
+        for p in plan.parts:
+            self._decode(p, blobs[p.key.name], wanted[p.key.name], plan.grid, out, cutout,
+                         serial=count <= SERIAL_DECODE_CUBOIDS)
         return True
 
     def _read_batch(self, cutout: Cutout, grid: Grid, keys: list[SupercuboidKey], parts: list[PlannedPart],
@@ -340,7 +347,7 @@ class CacheTier:
         touching = {p.key.name: self._touching(p.part, grid) for p in plan.parts}
         partly = {name: [n for n, cbox, sub in items if sub != cbox] for name, items in touching.items()}
         if sum(len(items) for items in touching.values()) > LOCK_FREE_WRITE_CUBOIDS or \
-                sum(len(numbers) for numbers in partly.values()) > SNAPSHOT_CUBOIDS:
+                sum(len(numbers) for numbers in partly.values()) > LOCK_FREE_MERGE_CUBOIDS:
             return {}
         pieces = {p.key.name: (p, data[p.time_index][p.part.in_box(cutout.box)]) for p in plan.parts}
 

@@ -18,7 +18,7 @@ from ndstore.core.chunks import compress_cuboid, cuboid_boxes
 from ndstore.core.errors import DataLost, RedisUnverified
 from ndstore.core.geometry import Box
 from ndstore.engine import cache_tier as cache_tier_module
-from ndstore.engine.cache_tier import LOCK_FREE_WRITE_BYTES, SNAPSHOT_CUBOIDS, CacheTier
+from ndstore.engine.cache_tier import LOCK_FREE_MERGE_CUBOIDS, LOCK_FREE_WRITE_BYTES, SNAPSHOT_CUBOIDS, CacheTier
 from ndstore.engine.volume import make_cutout
 from ndstore.storage import redis_client
 from ndstore.storage.redis_cache import EPOCH, RedisCuboidCache
@@ -60,19 +60,24 @@ class RoundTrips:
         return self.count - before, result
 
 
-def test_a_small_resident_read_is_one_round_trip_and_a_large_one_takes_locks(
+def test_a_resident_read_of_up_to_a_supercuboid_is_one_round_trip_and_a_larger_one_takes_locks(
         cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
-    data = values(WHOLE, 1)
-    cache_tier.write(cut(WHOLE), data)
+    two = Box((0, 0, 0), (2 * SC[0], SC[1], SC[2]))  # two supercuboids' cuboids: more than SNAPSHOT_CUBOIDS
+    data = values(two, 1)
+    cache_tier.write(cut(two), data)
     cache_tier.read(cut(SMALL))  # Redis has loaded the script (a first call sends it)
     trips = RoundTrips(monkeypatch)
 
-    sent, got = trips.during(lambda: cache_tier.read(cut(SMALL)))
+    sent, got = trips.during(lambda: cache_tier.read(cut(SMALL)))  # decoded in the request's thread
     assert sent == 1
     np.testing.assert_array_equal(got, data[0][SMALL.slices_zyx()][None])
 
-    assert GRID.cuboid_count > SNAPSHOT_CUBOIDS
+    assert GRID.cuboid_count == SNAPSHOT_CUBOIDS  # a whole supercuboid, decoded on the codec pool
     sent, got = trips.during(lambda: cache_tier.read(cut(WHOLE)))
+    assert sent == 1
+    np.testing.assert_array_equal(got, data[0][WHOLE.slices_zyx()][None])
+
+    sent, got = trips.during(lambda: cache_tier.read(cut(two)))
     assert sent >= 5  # guard, locks, residency, cuboids, release, touch
     np.testing.assert_array_equal(got, data)
 
@@ -163,9 +168,9 @@ def test_a_small_resident_write_is_two_round_trips(cache_tier: CacheTier, monkey
 
 def test_a_write_of_up_to_16_partly_covered_cuboids_is_two_round_trips(cache_tier: CacheTier,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Up to SNAPSHOT_CUBOIDS partly covered cuboids (16: since a commit no longer copies its
-    cuboids into Lua, a write of 16 is faster lock-free, docs/design/serving.md section 18); one
-    with more takes locks."""
+    """Up to LOCK_FREE_MERGE_CUBOIDS partly covered cuboids (16: since a commit no longer copies
+    its cuboids into Lua, a write of 16 is faster lock-free, docs/design/serving.md section 18);
+    one with more takes locks."""
     data = values(WHOLE, 35)
     cache_tier.write(cut(WHOLE), data)
     sixteen = Box((30, 30, 8), (30 + 3 * CUBOID[0] + 10, 30 + CUBOID[1] + 10, 8 + CUBOID[2]))  # 4 x 2 x 2
@@ -189,7 +194,7 @@ def test_a_supercuboid_of_labels_goes_without_locks_and_of_noise_with_each_cuboi
     cache_tier.write(cut(WHOLE), data)
     half = Box((0, 0, 0), (SC[0], SC[1], SC[2] // 2))  # 4 x 4 x 2 whole cuboids
     assert len(cut(half).plan().parts) == 1 and len(cache_tier._touching(cut(half).plan().parts[0].part, GRID)) == 32
-    assert 32 > SNAPSHOT_CUBOIDS and 32 * CUBOID[0] * CUBOID[1] * CUBOID[2] > LOCK_FREE_WRITE_BYTES
+    assert 32 > LOCK_FREE_MERGE_CUBOIDS and 32 * CUBOID[0] * CUBOID[1] * CUBOID[2] > LOCK_FREE_WRITE_BYTES
     labels = np.zeros((1, *half.shape_zyx), np.uint8)
     labels[0, :, 100:300, 50:400] = 7
     compressed: list[int] = []
