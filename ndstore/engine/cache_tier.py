@@ -353,7 +353,7 @@ class CacheTier:
 
         def whole_of(name: str) -> dict[int, bytes]:  # its whole cuboids compressed, as the locked write would
             p, src = pieces[name]
-            return self._merged(p, grid, src, [t for t in touching[name] if t[2] == t[1]], {})
+            return self._merged(p, grid, src, [t for t in touching[name] if t[2] == t[1]], old={})
 
         whole = dict(zip(pieces, map_ordered(self._pool, whole_of, list(pieces))))
         if _nbytes(whole) > LOCK_FREE_WRITE_BYTES:
@@ -426,7 +426,7 @@ class CacheTier:
         self._cache.put(planned.key.name, {META: _meta(src.dtype, grid), **new}, self._clock(), dirty=True)
 
     def _merged(self, planned: PlannedPart, grid: Grid, src: Array, touching: list[Any],
-                old: Mapping[int, Blob | None], whole: Mapping[int, bytes] = {}) -> dict[int, bytes]:
+                old: Mapping[int, Blob | None], whole: Mapping[int, bytes] | None = None) -> dict[int, bytes]:
         """The new blobs of the ``touching`` cuboids of ``src``: whole ones compressed (or taken
         from ``whole``, compressed already), partly covered ones merged into their ``old`` blob."""
         part = planned.part
@@ -443,7 +443,7 @@ class CacheTier:
             return n, compress_cuboid(cuboid)
 
         # only the cuboids with work to do go to the pool: a hand-off costs more than a lookup
-        done = {n: whole[n] for n, _, _ in touching if n in whole}
+        done = {n: whole[n] for n, _, _ in touching if n in whole} if whole else {}
         return {**done, **dict(map_ordered(self._codec, merged, [t for t in touching if t[0] not in done]))}
 
     # -- coherence with the base tier: direct I/O, NDBlaze reads and merges --------------------

@@ -372,8 +372,8 @@ class RedisCuboidCache:
         """Store cuboid blobs and record the supercuboid resident (and dirty if asked), all or
         nothing: a writer that dies half way (SIGKILL, a lost connection) leaves the old cuboids,
         never some of each. Blobs that fit one command (COMMAND_BYTES) go in one HSET; more are
-        written into a staging hash (a copy of the stored one unless they replace all of it) at pipeline speed
-        and renamed over it. That HSET runs in one MULTI with the marks' script (see _ASIDE), the
+        written into a staging hash (a copy of the stored one unless they replace all of it) at
+        pipeline speed and renamed over it. That HSET runs in one MULTI with the marks' script (see _ASIDE), the
         RENAME in that script (one MULTI of every HSET would be atomic too, but Redis then
         buffers 16 MiB of AOF at once: 3x slower); either refuses (RedisUnverified) in a Redis
         whose holdings were not checked, having changed nothing.
