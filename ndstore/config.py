@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+MiB = 1 << 20
 GiB = 1 << 30
 RATE_PERIODS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
 
@@ -44,6 +45,14 @@ def parse_rate(rate: str) -> tuple[int, int] | None:
     return (int(count), RATE_PERIODS[period]) if int(count) > 0 else None
 
 
+def _s3_part_bytes(raw: str) -> int:
+    """0 (whole objects) or at least 5 MiB: S3 refuses smaller parts of a multipart upload."""
+    value = int(raw)
+    if value != 0 and value < 5 * MiB:
+        raise ValueError(f"a part must be 0 (whole objects) or at least {5 * MiB} bytes (5 MiB), not {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class Config:
     data_dir: Path = _env("NDSTORE_DATA_DIR", Path(".ndstore"), Path)
@@ -65,6 +74,11 @@ class Config:
     cache_high_bytes: int = _env("NDSTORE_CACHE_HIGH_BYTES", 4 * GiB, int)
     cache_low_bytes: int = _env("NDSTORE_CACHE_LOW_BYTES", 3 * GiB, int)
     io_parallelism: int = _env("NDSTORE_IO_PARALLELISM", 16, int)
+    # S3 objects are read in parallel ranged GETs of this size (0: one whole GET), and uploaded in
+    # parallel parts of this size when larger than s3_multipart_threshold (0: never, one PUT);
+    # see ndstore/storage/s3.py
+    s3_part_bytes: int = _env("NDSTORE_S3_PART_BYTES", 8 * MiB, _s3_part_bytes)
+    s3_multipart_threshold: int = _env("NDSTORE_S3_MULTIPART_THRESHOLD", 0, int)
     # raw bytes of supercuboids a large read fetches and decodes, or a base-tier write stores, at once
     # (engine/base_tier.py)
     read_window_bytes: int = _env("NDSTORE_READ_WINDOW_BYTES", 64 * 1024 * 1024, int)
@@ -115,6 +129,12 @@ class Config:
         if self.ingest_backend is None:
             object.__setattr__(self, "ingest_backend", "aws" if self.ingest_endpoint_url else "local")
         self.anon_read_limit  # noqa: B018  parsed once: a malformed rate stops the service at start
+        if self.s3_multipart_threshold and not self.s3_part_bytes:
+            raise ValueError("NDSTORE_S3_MULTIPART_THRESHOLD needs NDSTORE_S3_PART_BYTES (the size of its parts), "
+                             "not 0")
+        if self.s3_multipart_threshold < 0:
+            raise ValueError(f"NDSTORE_S3_MULTIPART_THRESHOLD must be 0 (never) or a size in bytes, "
+                             f"not {self.s3_multipart_threshold}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:

@@ -70,7 +70,7 @@ def credentials(c: Config) -> Credentials | None:
 OBJECT_STORES: dict[str, Callable[[Config], ObjectStore]] = {
     "file": lambda c: FileObjectStore(c.objects_dir, c.io_parallelism, c.fsync),
     "s3": lambda c: S3ObjectStore(c.s3_bucket, c.s3_endpoint_url, c.aws_region, c.io_parallelism, c.aws_timeout_s,
-                                  credentials(c)),
+                                  credentials(c), c.s3_part_bytes, c.s3_multipart_threshold),
 }
 INDEXES: dict[str, Callable[[Config], SupercuboidIndex]] = {
     "sqlite": lambda c: SqliteSupercuboidIndex(c.index_path),

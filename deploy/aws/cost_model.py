@@ -43,6 +43,9 @@ STORED_TB = 100.0  # compressed supercuboids in the base tier
 SUPERCUBOID_RAW_BYTES = 512 * 512 * 64  # 4x4x4 cuboids of 128x128x16 uint8 (ndstore/core/geometry.py)
 COMPRESSION = 0.73  # stored / raw; zstd-1 on EM-like data (DESIGN.md)
 BASE_READ_TB = 50.0  # read from S3 per month: cache misses, direct and raw reads, merges
+# an object is read as two ranged GETs at once (NDSTORE_S3_PART_BYTES, 8 MiB: a ~12 MB supercuboid
+# is two parts; a smaller one a part and a guess past its end); written as one PUT (no multipart)
+S3_GETS_PER_OBJECT_READ = 2
 BASE_WRITE_TB = 10.0  # written to S3 per month: write-backs, direct writes, NDBlaze merges
 TRANSFER_OUT_TB = 10.0  # responses leaving AWS to the internet per month
 UPLOAD_IN_TB = 2.0  # request bodies (cutout writes) through the load balancer; ingress is free
@@ -141,7 +144,7 @@ def stored_supercuboid_bytes() -> float:
 def base_tier_lines() -> list[Line]:
     stored_gb = STORED_TB * TB / GB
     objects = STORED_TB * TB / stored_supercuboid_bytes()
-    gets = BASE_READ_TB * TB / stored_supercuboid_bytes()
+    gets = BASE_READ_TB * TB / stored_supercuboid_bytes() * S3_GETS_PER_OBJECT_READ
     puts = BASE_WRITE_TB * TB / stored_supercuboid_bytes()
     index_gb = objects * INDEX_ITEM_BYTES / GB
     return [

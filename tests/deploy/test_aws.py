@@ -86,6 +86,10 @@ ACTION_OF_OPERATION = {
     ("s3", "ListObjectsV2"): "s3:ListBucket",
     ("s3", "HeadObject"): "s3:GetObject",
     ("s3", "DeleteObjects"): "s3:DeleteObject",
+    # a multipart upload is authorised as the PUT it makes; only its abort has an action of its own
+    ("s3", "CreateMultipartUpload"): "s3:PutObject",
+    ("s3", "UploadPart"): "s3:PutObject",
+    ("s3", "CompleteMultipartUpload"): "s3:PutObject",
     ("s3", "PutBucketNotificationConfiguration"): "s3:PutBucketNotification",
     ("sqs", "SendMessageBatch"): "sqs:SendMessage",
     ("sqs", "DeleteMessageBatch"): "sqs:DeleteMessage",
@@ -290,7 +294,8 @@ def test_s3_actions_match_their_resource_level() -> None:
                     continue
                 for resource in as_list(statement["Resource"]):
                     on_objects = _arn_text(resource).endswith("/*")
-                    assert on_objects == (action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")), \
+                    assert on_objects == (action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject",
+                                                     "s3:AbortMultipartUpload")), \
                         (name, owner, action, resource)
 
 
