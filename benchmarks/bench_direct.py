@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 from botocore.config import Config
 
+from benchmarks import s3_parts
 from benchmarks.common import (
     AWS_TEST_CREDENTIALS,
     CeilingStore,
@@ -133,8 +134,10 @@ def open_backend(name: str, scratch: Path) -> Iterator[Backend]:
                       FileCeiling(scratch / "ceiling"))
     elif name == "moto":
         with moto_server() as moto:
+            # whole-object GETs, as the store's own GET: moto serves one request at a time and copies
+            # the whole object for every ranged GET (parts are measured apart: benchmarks/s3_parts.py)
             env = {"NDSTORE_OBJECT_STORE": "s3", "NDSTORE_S3_ENDPOINT_URL": moto.url, "NDSTORE_INDEX": "dynamodb",
-                   "NDSTORE_DYNAMODB_ENDPOINT_URL": moto.url, **AWS_TEST_CREDENTIALS}
+                   "NDSTORE_DYNAMODB_ENDPOINT_URL": moto.url, "NDSTORE_S3_PART_BYTES": "0", **AWS_TEST_CREDENTIALS}
             yield Backend("moto", env, S3Ceiling(moto.url), [moto.pid])
     else:
         raise SystemExit(f"unknown backend {name!r}; use file and/or moto")
@@ -311,8 +314,12 @@ def peer_table(record: dict[str, Any]) -> list[list[str]]:
 def report(record: dict[str, Any]) -> str:
     peers = ["## Peers on the same data", markdown_table(PEER_HEADER, peer_table(record))] \
         if record.get("peers") else []
+    parts = record.get("s3_parts")
+    in_parts = [f"## One S3 object in parts, at {parts['rate_per_connection']:.0f} MB/s per connection (emulated)",
+                markdown_table(s3_parts.header(parts), s3_parts.table(parts)), s3_parts.NOTES] if parts else []
     extra = "\n\n".join([
         *peers,
+        *in_parts,
         "## Ceilings", markdown_table(CEILING_HEADER, ceiling_table(record)),
         "## CPU per 16 MiB region (ms; service = gunicorn, Redis and the daemons; store = moto's process)",
         markdown_table(CPU_HEADER, cpu_table(record)),
@@ -364,6 +371,7 @@ def main() -> None:
                     record["peers"] = {"tensorstore": tensorstore_rates(
                         backend.env["NDSTORE_S3_ENDPOINT_URL"], volumes, peer_threads, settings.rounds,
                         settings.reps)}
+                    record["s3_parts"] = s3_parts.measure(objects[0], s3_parts.RATE_MB_S, max(settings.rounds, 5))
     if not args.no_hsds:
         record.setdefault("peers", {})["hsds"] = hsds_rates(volumes, peer_threads, settings.rounds, settings.reps)
     add_loopback_ratios(record)

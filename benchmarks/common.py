@@ -291,7 +291,7 @@ def plain_wsgi_server(threads: int = 4) -> Iterator[ServerProcess]:
     proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1",
                              "--threads", str(threads), "--log-level", "warning", "benchmarks.common:plain_wsgi"],
                             cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.DEVNULL)
-    with _serving(proc, f"http://127.0.0.1:{port}/", lambda status: status == 200, "plain WSGI server") as server:
+    with serving(proc, f"http://127.0.0.1:{port}/", lambda status: status == 200, "plain WSGI server") as server:
         yield server
 
 
@@ -336,12 +336,12 @@ def moto_server() -> Iterator[ServerProcess]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "ndstore.ops.moto_endpoint", "-p", str(port)],
                             stdout=subprocess.DEVNULL)
-    with _serving(proc, f"http://127.0.0.1:{port}", lambda status: status < 500, "moto server") as server:
+    with serving(proc, f"http://127.0.0.1:{port}", lambda status: status < 500, "moto server") as server:
         yield server
 
 
 @contextmanager
-def _serving(proc: subprocess.Popen[bytes], url: str, ready: Callable[[int], bool],
+def serving(proc: subprocess.Popen[bytes], url: str, ready: Callable[[int], bool],
              what: str) -> Iterator[ServerProcess]:
     """``proc`` once it answers ``url`` with a status ``ready`` accepts; terminated (killed after
     10 s) on the way out."""

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import redis
 
-from benchmarks.common import ServerProcess, _serving
+from benchmarks.common import ServerProcess, serving
 from ndstore.core import wire
 from ndstore.core.chunks import (
     compress_cuboid,
@@ -117,7 +117,7 @@ def prototype_server(redis_url: str, objects_dir: Path, workers: int = 2, thread
                              "--log-level", "warning", "benchmarks.prototype:app"],
                             cwd=Path(__file__).resolve().parent.parent, env=env, stdout=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
-    with _serving(proc, f"{base}/0", lambda status: status == 200, "prototype server") as server:
+    with serving(proc, f"{base}/0", lambda status: status == 200, "prototype server") as server:
         yield ServerProcess(base, server.pid)
 
 
