@@ -206,6 +206,9 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             if fault is None or fault.kind == "truncate":
                 reply = proxy._forward(self.command, self.path, headers, body)
                 data = reply.data or b""
+                # logged before the client has its answer: a test that counts what it has seen
+                # once a call returned finds the call's requests there
+                proxy._log(call, "forwarded" if fault is None else "truncate", reply.status)
                 self.send_response(reply.status)
                 for k, v in reply.headers.items():
                     if k.lower() not in _HOP_BY_HOP:
@@ -215,7 +218,6 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data if fault is None else data[: len(data) // 2])
-                proxy._log(call, "forwarded" if fault is None else "truncate", reply.status)
                 self.close_connection = fault is not None
                 return
             if fault.kind in ("timeout", "hold"):
@@ -224,13 +226,13 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             status, content_type, payload = _error(call, fault.kind, fault.code)
+            proxy._log(call, fault.kind, status)
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(payload)
-            proxy._log(call, fault.kind, status)
 
         do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle  # noqa: N815 - http.server's names
 
