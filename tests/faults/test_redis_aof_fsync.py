@@ -62,25 +62,42 @@ def tier(root: Path, url: str) -> CacheTier:
                                     "always"])
 def test_a_write_acknowledged_during_a_background_fsync_survives_a_redis_sigkill(tmp_path: Path,
                                                                                    policy: str) -> None:
+    """Each try: large writes until Redis fsyncs in the background, the probe written (and
+    acknowledged), Redis killed. A try counts when the fsync was still running after the probe's
+    answer (for `always`, every try): the probe's write then landed while it ran. Whether a race
+    reproduces is the host's timing, so `everysec` gets more tries; none that counts is a skip,
+    not a pass."""
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     proc = start_redis(tmp_path / "redis", port, appendfsync=policy)
     rng = np.random.default_rng(8)
+    counted = 0
     try:
-        for attempt in range(1, 4):
+        for attempt in range(1, 4 if policy == "always" else 13):
             cache = tier(tmp_path, url)
             deadline = time.monotonic() + 30
             while True:  # large writes until Redis is fsyncing in the background (never, with `always`)
                 cache.write(cut(LOAD), rng.integers(0, 256, (1, *LOAD.shape_zyx), dtype=np.uint8))
-                if policy == "always" or redis.Redis(port=port).info("persistence")["aof_pending_bio_fsync"]:
+                if policy == "always" or fsyncing(port):
                     break
                 assert time.monotonic() < deadline, "Redis never fsynced in the background"
             cache.write(cut(PROBE), np.full((1, *PROBE.shape_zyx), attempt, np.uint8))  # acknowledged
+            during = policy == "always" or fsyncing(port)
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             proc = start_redis(tmp_path / "redis", port, appendfsync=policy)
             got = tier(tmp_path, url).read(cut(PROBE))
-            assert (got == attempt).all(), f"attempt {attempt}: the acknowledged write is gone after the restart"
+            if during:
+                counted += 1
+                assert (got == attempt).all(), f"attempt {attempt}: the acknowledged write is gone after the restart"
+            if counted == 3:
+                break
     finally:
         proc.kill()
         proc.wait()
+    if not counted:
+        pytest.skip("no probe landed while a background fsync ran: the race did not come up on this host")
+
+
+def fsyncing(port: int) -> bool:
+    return bool(redis.Redis(port=port).info("persistence")["aof_pending_bio_fsync"])
