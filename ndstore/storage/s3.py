@@ -19,6 +19,7 @@ its first part was all of it and came with S3's own CRC32.
 from __future__ import annotations
 
 import base64
+import math
 import re
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -177,7 +178,7 @@ class S3ObjectStore:
         pieces = [head, guessed[1]]
         rest = total - min(total, 2 * size)
         if rest:
-            step = -(-rest // -(-rest // size))  # the rest in equal parts of at most a part
+            step = math.ceil(rest / math.ceil(rest / size))  # the rest in equal parts of at most a part
             starts = range(2 * size, total, step)
             found = dict(map_completed(self._parts, lambda at: self._range(key, at, min(at + step, total) - 1,
                                                                            reply["ETag"]), starts))
