@@ -244,18 +244,38 @@ def build(config: Config) -> Services:
                     blaze_ledger, probes)
 
 
-_BUILDING = threading.Lock()
+class _BuiltOnce:
+    """A process's services, built by the first caller while the others wait for it and build
+    nothing. (functools.lru_cache stores its result only after the function returned, i.e. after
+    a lock taken inside it was released: a thread that took the lock in between built again.)"""
+
+    def __init__(self, make: Callable[[], Services]):
+        self._make = make
+        self._built: Services | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> Services:
+        built = self._built
+        if built is not None:
+            return built
+        with self._lock:
+            if self._built is None:
+                self._built = self._make()
+            return self._built
+
+    @property
+    def built(self) -> bool:
+        return self._built is not None
+
+    def cache_clear(self) -> None:
+        """Forget the services: the next call builds them again (tests, after changing the environment)."""
+        with self._lock:
+            self._built = None
 
 
-@functools.lru_cache(maxsize=1)
-def services() -> Services:
-    """The process-wide services, built on first use from this process's environment (the edge:
-    web workers, handlers, daemons). The first requests of a threaded worker arrive together:
-    one builds, the others wait for it and build nothing."""
-    with _BUILDING:
-        if services.cache_info().currsize:  # built while this thread waited for the lock
-            return services()
-        return build(Config.from_env())
+# The process-wide services, built on first use from this process's environment (the edge: web
+# workers, handlers, daemons). The first requests of a threaded worker arrive together.
+services = _BuiltOnce(lambda: build(Config.from_env()))
 
 
 def build_in_background() -> threading.Thread:

@@ -20,7 +20,7 @@ runpy.run_path("deploy/gunicorn.conf.py")["post_worker_init"](None)
 for thread in threading.enumerate():
     if thread.name == "ndstore-services-build":
         thread.join(60)
-print("built" if services.cache_info().currsize else "not built")
+print("built" if services.built else "not built")
 """
 
 
