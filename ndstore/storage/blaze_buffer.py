@@ -123,7 +123,6 @@ class RedisBlazeBuffer:
     def __init__(self, client: redis.Redis, max_pending_bytes: int):
         self.client = client
         self.max_pending_bytes = max_pending_bytes
-        self._append = client.register_script(_APPEND)
         self._release = client.register_script(_RELEASE)
         self._held = client.register_script(_HELD)
         self._start = client.register_script(_START)
@@ -140,8 +139,10 @@ class RedisBlazeBuffer:
         pipe.pexpire(tmp, 3_600_000)  # an orphan of a failed transaction does not stay for ever
         for i, part in enumerate(parts):
             pipe.set(f"{tmp}:{i}", part, px=3_600_000)
-        self._append(keys=[tmp, "blz:seq", "blz:bytes", "blz:pending", "blz:count"],
-                     args=[len(body), self.max_pending_bytes, len(parts), *names], client=pipe)
+        # EVAL, not a registered script: redis-py checks a pipeline's scripts with SCRIPT EXISTS
+        # before it sends the pipeline, a second round trip on every write
+        pipe.eval(_APPEND, 5, tmp, "blz:seq", "blz:bytes", "blz:pending", "blz:count",
+                  len(body), self.max_pending_bytes, len(parts), *names)
         try:
             seq = int(pipe.execute()[-1])
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:

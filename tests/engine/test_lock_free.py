@@ -24,6 +24,7 @@ from ndstore.storage import redis_client
 from ndstore.storage.redis_cache import EPOCH, RedisCuboidCache
 from ndstore.storage.rwlock import RedisRWLocks, lock_keys
 from tests.engine.conftest import make_cache_tier, small_channel
+from tests.round_trips import RoundTrips
 
 CHANNEL = small_channel("uint8", cid=41)
 GRID = CHANNEL.grid(0)
@@ -38,26 +39,6 @@ def cut(box: Box) -> Any:
 
 def values(box: Box, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(1, 255, (1, *box.shape_zyx), np.uint8)
-
-
-class RoundTrips:
-    """Requests this thread sends to Redis (a pipeline is one), counted at redis-py's socket."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch):
-        self.count, thread = 0, threading.get_ident()
-        send = redis.connection.AbstractConnection.send_packed_command
-
-        def counted(conn: Any, command: Any, check_health: bool = True) -> None:
-            if threading.get_ident() == thread:
-                self.count += 1
-            send(conn, command, check_health)
-
-        monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
-
-    def during(self, fn: Any) -> tuple[int, Any]:
-        before = self.count
-        result = fn()
-        return self.count - before, result
 
 
 def test_a_resident_read_of_up_to_a_supercuboid_is_one_round_trip_and_a_larger_one_takes_locks(

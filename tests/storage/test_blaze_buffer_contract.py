@@ -15,6 +15,7 @@ import redis
 from ndstore.core.errors import BufferFull, DataCorrupt, RedisUnverified, StorageError
 from ndstore.storage.blaze_buffer import RedisBlazeBuffer, RedisMergeRequests, RedisMergerPresence, blob_key
 from ndstore.storage.interfaces import BlazeBuffer, MergeRequests, MergerPresence
+from tests.round_trips import RoundTrips
 
 
 @dataclass
@@ -149,3 +150,13 @@ def test_a_body_damaged_in_the_buffer_is_refused_never_returned(ports: Ports, bl
     client.setrange(f"{blob_key(seq)}:0", 4, b"X")  # a flipped byte, as a damaged AOF would load it
     with pytest.raises(DataCorrupt, match=f"write {seq} is damaged"):
         b.blobs([seq])
+
+
+def test_an_append_is_one_round_trip(blaze_redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small NDBlaze write waits for one reply: redis-py checks a registered script in a pipeline
+    with SCRIPT EXISTS before it sends the pipeline (a second round trip on every write)."""
+    ports = redis_ports(blaze_redis_url, 1 << 20)
+    trips = RoundTrips(monkeypatch)
+    for i in range(3):  # the first too: Redis may not know the script yet
+        sent, seq = trips.during(lambda i=i: ports.buffer.append(b"{}", bytes([i]) * 100, ["sc-a", "sc-b"]))
+        assert sent == 1 and seq == i + 1
