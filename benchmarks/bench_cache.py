@@ -236,7 +236,7 @@ def label_writes(stack: Stack, rounds: int, n: int) -> dict[str, Any]:
     return out
 
 
-def tiny_requests(stack: Stack, prefix: str, rounds: int, n: int) -> dict[str, Any]:
+def tiny_requests(stack: Stack, prefix: str, rounds: int, n: int, ceiling: bool = True) -> dict[str, Any]:
     """Server CPU per tiny request (DESIGN §8: a 64x64x8 write, a 1-voxel read), one client
     thread so that no request waits on another: the whole service (web workers, Redis, nginx,
     the daemons that write back) and the web workers alone, in ms per request; beside the same
@@ -272,6 +272,8 @@ def tiny_requests(stack: Stack, prefix: str, rounds: int, n: int) -> dict[str, A
             service.append(per_request(fn, stack.pids))
             web.append(per_request(fn, [stack.gunicorn_pid]))
         out[name] = {"service_ms": summary(service), "web_ms": summary(web)}
+    if not ceiling:
+        return out
     with plain_wsgi_server() as plain:
         bare = requests.Session()
         plain_post = [per_request(lambda: bare.post(plain.url, data=body).raise_for_status(), [plain.pid])
@@ -279,6 +281,15 @@ def tiny_requests(stack: Stack, prefix: str, rounds: int, n: int) -> dict[str, A
         plain_get = [per_request(lambda: read_body(bare, plain.url), [plain.pid]) for _ in range(rounds)]
     out["plain_wsgi_ms"] = {"write_64x64x8": summary(plain_post), "read_1_voxel": summary(plain_get)}
     return out
+
+
+def through_the_framework(rounds: int, n: int) -> dict[str, Any]:
+    """The tiny requests again with the data routes sent through Django's whole URLconf and
+    middleware and DRF's dispatch (NDSTORE_LEAN_DATA_ROUTES=0, ndstore/api/data_routes.py): what
+    the framework would cost them."""
+    with local_stack({"NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite", "NDSTORE_LEAN_DATA_ROUTES": "0"},
+                     with_merger=False) as stack:
+        return tiny_requests(stack, create_dataset(stack, SC), rounds, n, ceiling=False)
 
 
 HEADER = ["what", "client threads", "MB/s median (min–max)", "ratio to ceiling"]
@@ -331,6 +342,11 @@ def table(record: dict[str, Any]) -> list[list[str]]:
             rows.append([f"tiny request, {what}: server CPU ms/request, service / web workers (goal ≤ 2)", "1",
                          f"{fmt(r['service_ms'], 2)} / {fmt(r['web_ms'], 2)}",
                          f"{r['web_ms']['median'] / plain:.0f}x plain WSGI under gunicorn ({plain:.2f} ms)"])
+        if name in record.get("tiny_through_drf", {}):
+            r = record["tiny_through_drf"][name]
+            rows.append([f"the same {what} through Django's URLconf and middleware and DRF's dispatch "
+                         "(NDSTORE_LEAN_DATA_ROUTES=0): server CPU ms/request, service / web workers", "1",
+                         f"{fmt(r['service_ms'], 2)} / {fmt(r['web_ms'], 2)}", ""])
     return rows
 
 
@@ -361,6 +377,7 @@ def main() -> None:
         record["small_writes"] = {t: small_writes(stack, prefix, t, rounds, 100 if args.quick else 300)
                                   for t in thread_counts[:3]}
         record["label_writes"] = label_writes(stack, rounds, 100 if args.quick else 300)
+    record["tiny_through_drf"] = through_the_framework(rounds, 100 if args.quick else 300)
     print(write_results("cache_tier", record, table(record), HEADER))
 
 

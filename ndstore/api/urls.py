@@ -40,15 +40,25 @@ def image_routes() -> list:  # type: ignore[type-arg]
     for orientation, (tail, view) in IMAGE_ROUTES.items():
         routes.append(path(f"v1/image/{CHANNEL}{orientation}/{tail}", view.as_view()))
         routes.append(path(f"v1/image/{CHANNEL}{orientation}/{tail}<int:t>/", view.as_view()))
-    return [*routes, path("v1/image/<path:rest>", image.MalformedImage.as_view())]
+    return routes
+
+
+# The cutout routes of each tier.
+CUTOUT_VIEWS: dict[str, type[cutout.CutoutView]] = {
+    "v1/cutout/": cutout.CutoutView, "v1/direct/cutout/": cutout.DirectCutoutView,
+    "v1/blaze/cutout/": cutout.BlazeCutoutView,
+}
 
 
 def cutout_routes(prefix: str, view: type[cutout.CutoutView]) -> list:  # type: ignore[type-arg]
-    return [
-        path(f"{prefix}{CUTOUT}", view.as_view()),
-        path(f"{prefix}{CUTOUT}<range:t>/", view.as_view()),
-        path(f"{prefix}<path:rest>", cutout.MalformedCutout.as_view()),
-    ]
+    return [path(f"{prefix}{CUTOUT}", view.as_view()), path(f"{prefix}{CUTOUT}<range:t>/", view.as_view())]
+
+
+def data_routes() -> list:  # type: ignore[type-arg]
+    """The well-formed cutout and slice-image routes: ndstore/api/data_routes.py serves their GETs
+    and POSTs without the framework's dispatch."""
+    return [*[route for prefix, view in CUTOUT_VIEWS.items() for route in cutout_routes(prefix, view)],
+            *image_routes()]
 
 
 handler500 = "ndstore.api.errors.server_error"  # JSON, like every other error
@@ -70,10 +80,9 @@ urlpatterns = [
     path("metrics", operations.MetricsView.as_view()),
     path("metrics/", operations.MetricsView.as_view()),
     *boss.routes(),  # Boss v1 compatibility (intern); before the cutout routes
-    *cutout_routes("v1/cutout/", cutout.CutoutView),
-    *cutout_routes("v1/direct/cutout/", cutout.DirectCutoutView),
-    *cutout_routes("v1/blaze/cutout/", cutout.BlazeCutoutView),
-    *image_routes(),
+    *data_routes(),
+    *[path(f"{prefix}<path:rest>", cutout.MalformedCutout.as_view()) for prefix in CUTOUT_VIEWS],
+    path("v1/image/<path:rest>", image.MalformedImage.as_view()),
     path("v1/blaze/merge/", blaze.BlazeMergeView.as_view()),
     path("v1/downsample/<name:collection>/<name:experiment>/<name:channel>/", downsample.DownsampleView.as_view()),
     path("v1/ingest/", ingest.IngestJobList.as_view()),

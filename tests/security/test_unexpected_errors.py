@@ -21,11 +21,14 @@ def failing(*args: Any, **kwargs: Any) -> Any:
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("short_path", [True, False], ids=["data-routes", "drf"])
 def test_an_unexpected_failure_is_a_json_500_that_names_nothing_of_it(dataset: Dataset, monkeypatch: pytest.MonkeyPatch,
-                                                                      caplog: pytest.LogCaptureFixture) -> None:
+                                                                      caplog: pytest.LogCaptureFixture,
+                                                                      settings: Any, short_path: bool) -> None:
     from ndstore.wiring import services
 
-    monkeypatch.setattr(CutoutView, "get", failing)
+    settings.NDSTORE_LEAN_DATA_ROUTES = short_path  # ndstore/api/data_routes.py, or DRF's dispatch
+    monkeypatch.setattr(CutoutView, "read", failing)  # what either dispatch calls
     client = APIClient(raise_request_exception=False)
     _, key = token_for("reader", is_superuser=True, is_staff=True)
     client.credentials(HTTP_AUTHORIZATION=f"Token {key}")

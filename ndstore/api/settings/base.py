@@ -31,6 +31,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "ndstore.api.latest.LatestIsV1",  # /latest/... is /v1/... for everything below
     "ndstore.api.operations.Operations",  # /healthz (before host checks) and the per-request log line
+    "ndstore.api.data_routes.DataRoutes",  # cutouts without the rest of this list's control-plane parts, nor DRF
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # the admin's and the docs page's static files
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -42,6 +43,9 @@ MIDDLEWARE = [
     "ndstore.api.gate.RequestGate",  # no body is read before this: see ndstore/api/gate.py
     "ndstore.api.browser_http.BrowserHTTP",  # CORS, ETag, Range, HEAD on the data GETs
 ]
+
+# The cutout routes' short path (ndstore/api/data_routes.py); 0 sends them through DRF's dispatch too.
+NDSTORE_LEAN_DATA_ROUTES = os.environ.get("NDSTORE_LEAN_DATA_ROUTES", "1") != "0"
 
 ROOT_URLCONF = "ndstore.api.urls"
 WSGI_APPLICATION = "ndstore.api.wsgi.application"

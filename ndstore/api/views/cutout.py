@@ -4,6 +4,7 @@ responses in every media type of ndstore.core.wire."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -98,13 +99,18 @@ class CutoutView(JSONErrors, APIView):
                  "cache (default): through the cache; no_cache (or no-cache): the base tier, after writing back "
                  "dirty cached data; raw: the base tier as it is")
     def get(self, request: Any, **kw: Any) -> Response:
+        return self.read(request, kw)
+
+    def read(self, request: Any, kw: dict[str, Any]) -> Response:
+        """The read, for DRF's dispatch and the data routes' own (ndstore/api/data_routes.py):
+        ``request`` is either's, with its caller authenticated."""
         chan = self._resolve(request, auth.READ, kw)
-        asked = request.query_params.get("access-mode", "cache")
+        asked = request.GET.get("access-mode", "cache")
         mode = asked.replace("-", "_")  # intern sends no_cache as "no-cache"
         if mode not in ACCESS_MODES:
             raise InvalidRequest(f"access-mode must be one of {', '.join(ACCESS_MODES)}, not {asked!r}")
         data = services().tier(self.tier, mode).read(self.cutout)
-        ids = _filter_ids(request.query_params.get("filter"), chan.type, self.cutout.channel.dtype)
+        ids = _filter_ids(request.GET.get("filter"), chan.type, self.cutout.channel.dtype)
         if ids is not None:
             data = keep_ids(data, ids)
         return Response(data if self.has_time else data[0])
@@ -113,8 +119,13 @@ class CutoutView(JSONErrors, APIView):
                   "before the answer for channels with cache_write_through.",
                   "stored; empty body", 400, 401, 403, 404, 413, 415, 503, 507)
     def post(self, request: Any, **kw: Any) -> Response:
+        return self.write(request, kw, lambda: request.data)
+
+    def write(self, request: Any, kw: dict[str, Any], body: Callable[[], Any]) -> Response:
+        """The write, for both dispatches (as read): the caller may write the channel and the box
+        is reserved before ``body()`` reads and decodes a byte of the body."""
         chan = self._resolve(request, auth.WRITE, kw)
-        data = request.data
+        data = body()
         if not isinstance(data, np.ndarray):
             raise InvalidBody("request body is empty")
         services().tier(self.tier, "cache").write(self.cutout, data.reshape(self.cutout.shape))
@@ -151,8 +162,11 @@ class BlazeCutoutView(CutoutView):
         "answers 503, storing nothing.",
         "buffered; empty body, the header X-NDBlaze-Sequence: <n>", 400, 401, 403, 404, 413, 415, 503)
     def post(self, request: Any, **kw: Any) -> Response:
+        return self.write(request, kw, lambda: request.data)
+
+    def write(self, request: Any, kw: dict[str, Any], body: Callable[[], Any]) -> Response:
         chan = self._resolve(request, auth.WRITE, kw)
-        raw = request.data
+        raw = body()
         if not isinstance(raw, RawBody):
             raise InvalidBody("request body is empty")
         seq = services().blaze.write_body(self.cutout, raw.body, raw.media_type, self.has_time)

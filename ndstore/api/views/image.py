@@ -64,6 +64,10 @@ class SliceImageView(JSONErrors, APIView):
                        404: "no such collection, experiment or channel",
                        413: "the plane is over NDSTORE_MAX_CUTOUT_BYTES"})})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
+        return self.read(request, kw)
+
+    def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
+        """The image, for DRF's dispatch and the data routes' own (ndstore/api/data_routes.py)."""
         coll, exp, chan = lookups.channel_path(kw["collection"], kw["experiment"], kw["channel"])
         auth.require(request.user, auth.READ, coll, exp, chan)
         ranges = {axis: kw[axis] if isinstance(kw[axis], tuple) else (kw[axis], kw[axis] + 1) for axis in "xyz"}
@@ -73,8 +77,8 @@ class SliceImageView(JSONErrors, APIView):
                              services().config.max_cutout_bytes)
         budget.reserve(request, cutout.nbytes, cutout)
         file_format = request.accepted_renderer.format
-        window = request.query_params.get("window")
-        quality = _quality(request.query_params.get("quality", "85"))
+        window = request.GET.get("window")
+        quality = _quality(request.GET.get("quality", "85"))
         data = services().tier("cache", "cache").read(cutout)[0]
         pixels = slices.displayable(slices.plane_of(data, self.orientation), chan.type == "annotation",
                                     slices.Window.parse(window) if window else None, file_format)
