@@ -90,14 +90,19 @@ def displayable(plane: npt.NDArray[Any], annotation: bool, window: Window | None
 
 
 def encode_image(pixels: npt.NDArray[Any], file_format: str, quality: int = 85) -> bytes:
-    """PNG through imagecodecs' libpng at zlib level 1, run-length strategy, no row filter; or
-    baseline JPEG through Pillow. A viewer waits on the encoder: on a 512x512 EM plane
-    (benchmarks/bench_viewer.py's data, this 2-core machine) that PNG takes 3 ms and 195 KB,
-    against 6-7 ms (180 KB) from Pillow at its fastest settings (level 1, Z_RLE: Pillow always
-    tries every row filter) and 11.5 ms with Pillow's defaults at level 1."""
+    """PNG through imagecodecs' libpng at zlib level 1 with no row filter; or baseline JPEG through
+    Pillow. A viewer waits on the encoder. One byte a pixel (8-bit grey, EM): zlib's run-length
+    strategy, on a 512x512 EM plane (benchmarks/bench_viewer.py's data, this 2-core machine) 3 ms
+    and 195 KB, against 6-7 ms (180 KB) from Pillow at its fastest settings (level 1, Z_RLE:
+    Pillow always tries every row filter) and 11.5 ms with Pillow's defaults at level 1. Wider
+    pixels (16-bit grey, the colours of annotation labels) repeat every 2-4 bytes, which run
+    lengths (matches one byte back) never see: zlib's default strategy, on a 512x512 label tile,
+    ~5 ms and 7-21 KB where the run-length strategy took ~25-30 ms and 170-590 KB
+    (docs/design/serving.md, section 24)."""
     if file_format == "png":
-        return bytes(imagecodecs.png_encode(pixels, level=1, strategy=imagecodecs.PNG.STRATEGY.RLE,
-                                            filter=imagecodecs.PNG.FILTER.NONE))
+        one_byte = pixels.ndim == 2 and pixels.dtype.itemsize == 1
+        strategy = imagecodecs.PNG.STRATEGY.RLE if one_byte else imagecodecs.PNG.STRATEGY.DEFAULT
+        return bytes(imagecodecs.png_encode(pixels, level=1, strategy=strategy, filter=imagecodecs.PNG.FILTER.NONE))
     if file_format == "jpeg":
         out = io.BytesIO()
         Image.fromarray(pixels).save(out, "JPEG", quality=quality)
