@@ -1,7 +1,7 @@
-"""The data routes' short path: GETs, HEADs and POSTs of the cutout routes of every tier and of
-the slice images (urls.data_routes) are served without Django's URL resolver over every route,
-without the middleware that only the control plane and the admin need, and without DRF's
-generic dispatch.
+"""The data routes' short path: GETs, HEADs and POSTs of the cutout routes of every tier, and the
+GETs and HEADs of the slice images and of the standard views' files (precomputed, sharded, zarr;
+urls.data_routes) are served without Django's URL resolver over every route, without the
+middleware that only the control plane and the admin need, and without DRF's generic dispatch.
 
 What stays is everything that decides what a request may do and what it is answered: the
 middleware after this one in settings.MIDDLEWARE but those named in NOT_ON_DATA_ROUTES (the
@@ -16,7 +16,8 @@ Why: outside the view, a small request spent 40-55% of its thread's CPU, about h
 parts the data routes do not need; skipping them saves 6-16% of a small cutout's web CPU
 (docs/design/serving.md, section 23). Any other method (OPTIONS, PUT, ...) and any path the
 short resolver does not match go on to Django as before. NDSTORE_LEAN_DATA_ROUTES=0 turns the
-short path off (the benchmarks measure what the framework costs with it).
+short path off (the benchmarks measure what the framework costs with it). A method a view does
+not take (a POST to a file of a standard view) goes to the framework, which answers 405.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
+from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLResolver
@@ -54,10 +56,23 @@ NOT_ON_DATA_ROUTES = {
 
 def short_resolver() -> URLResolver:
     """A resolver over the data routes alone (the patterns urls.py routes, so the URLs are defined
-    once); paths it does not match go through the whole URLconf."""
+    once); paths it does not match go through the whole URLconf. Each of their views reads in
+    `read(request, kw)` and, if it takes POSTs, writes in `write(request, kw, body)`: what its
+    get and post call, and what `serve` calls."""
     from ndstore.api import urls
 
-    return URLResolver(RegexPattern(r"^/"), urls.data_routes())
+    routes = urls.data_routes()
+    for route in routes:
+        view = route.callback.view_class
+        if not hasattr(view, "read") or (hasattr(view, "post") and not hasattr(view, "write")):
+            raise ImproperlyConfigured(f"{view.__name__} is served on a data route but has no read/write")
+    return URLResolver(RegexPattern(r"^/"), routes)
+
+
+def handled(request: HttpRequest, view: type[APIView]) -> bool:
+    """Whether the view answers this method itself (else DRF's 405, through the framework)."""
+    name = "get" if request.method == "HEAD" else (request.method or "").lower()
+    return name in view.http_method_names and hasattr(view, name)
 
 
 class DataRoutes:
@@ -73,9 +88,12 @@ class DataRoutes:
         if request.method not in METHODS or not settings.NDSTORE_LEAN_DATA_ROUTES:
             return self.get_response(request)
         try:
-            request.resolver_match = self.resolver.resolve(request.path_info)
+            match = self.resolver.resolve(request.path_info)
         except Resolver404:
             return self.get_response(request)
+        if not handled(request, match.func.view_class):  # type: ignore[attr-defined]
+            return self.get_response(request)
+        request.resolver_match = match
         return self.short(request)
 
     def _chain(self) -> Callable[[HttpRequest], HttpResponse]:

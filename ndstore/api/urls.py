@@ -54,11 +54,18 @@ def cutout_routes(prefix: str, view: type[cutout.CutoutView]) -> list:  # type: 
     return [path(f"{prefix}{CUTOUT}", view.as_view()), path(f"{prefix}{CUTOUT}<range:t>/", view.as_view())]
 
 
+def standard_view_routes() -> list:  # type: ignore[type-arg]
+    """The files of the standard views (precomputed, sharded precomputed, zarr) of a channel."""
+    return [path(f"{prefix}/{CHANNEL}{tail}", view.as_view())
+            for prefix, views in (("precomputed", precomputed), ("precomputed-sharded", sharded), ("zarr", zarr))
+            for tail, view in views.ROUTES]
+
+
 def data_routes() -> list:  # type: ignore[type-arg]
-    """The well-formed cutout and slice-image routes: ndstore/api/data_routes.py serves their GETs
-    and POSTs without the framework's dispatch."""
+    """The well-formed cutout, slice-image and standard-view routes: ndstore/api/data_routes.py
+    serves their GETs (and the cutouts' POSTs) without the framework's dispatch."""
     return [*[route for prefix, view in CUTOUT_VIEWS.items() for route in cutout_routes(prefix, view)],
-            *image_routes()]
+            *image_routes(), *standard_view_routes()]
 
 
 handler500 = "ndstore.api.errors.server_error"  # JSON, like every other error
@@ -94,15 +101,9 @@ urlpatterns = [
     path("v1/ingest/<int:job_id>/uploads/", ingest.IngestUploads.as_view()),
     path("v1/ingest/tiles/<path:key>", ingest.LocalTileUpload.as_view()),
     path("v1/blaze/merge/<slug:request_id>/", blaze.BlazeMergeRequestView.as_view()),
-    *[path(f"precomputed/<name:collection>/<name:experiment>/<name:channel>/{tail}", view.as_view())
-      for tail, view in precomputed.ROUTES],
     # (?s): a path with a line break in it is answered too (Django's path converters stop at one)
     re_path(r"^precomputed/(?P<rest>(?s:.+))\Z", precomputed.NoSuchFile.as_view()),
-    *[path(f"precomputed-sharded/<name:collection>/<name:experiment>/<name:channel>/{tail}", view.as_view())
-      for tail, view in sharded.ROUTES],
     re_path(r"^precomputed-sharded/(?P<rest>(?s:.+))\Z", sharded.NoSuchFile.as_view()),
-    *[path(f"zarr/<name:collection>/<name:experiment>/<name:channel>/{tail}", view.as_view())
-      for tail, view in zarr.ROUTES],
     re_path(r"^zarr/(?P<rest>(?s:.+))\Z", zarr.NoSuchFile.as_view()),
     path("admin/", admin.site.urls),
     path("", include("ndstore.api.views.landing")),  # `/` and `/neuroglancer/`

@@ -150,6 +150,9 @@ class InfoView(PrecomputedView):
     @extend_schema(summary="A channel's precomputed info", responses={
         200: INFO, 304: NOT_MODIFIED, **errors(400, 401, 403, 404, 429, meanings=FILE_ERRORS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
+        return self.read(request, kw)
+
+    def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
         chan, volume, encoding = channel_for(request, kw)
         built = levels.built_levels(chan, volume.num_levels)
         body = json.dumps(precomputed.info(volume, voxel_nm_of(chan), encoding, built))
@@ -168,6 +171,9 @@ class ChunkView(PrecomputedView):
                    304: NOT_MODIFIED,
                    **errors(400, 401, 403, 404, 413, 429, 500, 503, meanings=FILE_ERRORS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
+        return self.read(request, kw)
+
+    def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
         chan, volume, encoding = channel_for(request, kw)
         level = precomputed.level_of_key(kw["key"], volume.num_levels)
         box = Box.from_ranges(*kw["box"])

@@ -54,6 +54,9 @@ class InfoView(PrecomputedView):
     @extend_schema(summary="A channel's sharded precomputed info", responses={
         200: INFO, 304: NOT_MODIFIED, **errors(400, 401, 403, 404, 429, meanings=MEANINGS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
+        return self.read(request, kw)
+
+    def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
         chan, volume, _ = channel_for(request, kw)
         built = levels.built_levels(chan, volume.num_levels)
         encoding = precomputed.default_encoding(volume)
@@ -72,6 +75,9 @@ class ShardView(PrecomputedView):
                                                                       description="the bytes of the Range"),
                    304: NOT_MODIFIED, **errors(400, 401, 403, 404, 413, 416, 429, 500, 503, meanings=MEANINGS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
+        return self.read(request, kw)
+
+    def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
         chan, volume, _ = channel_for(request, kw)
         level = precomputed.level_of_key(kw["key"], volume.num_levels)
         if level not in levels.built_levels(chan, volume.num_levels):

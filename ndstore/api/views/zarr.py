@@ -53,6 +53,9 @@ class GroupView(PrecomputedView):
                    responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="Zarr v3 group metadata"),
                               304: NOT_MODIFIED, **errors(401, 403, 404, 429, meanings=MEANINGS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
+        return self.read(request, kw)
+
+    def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
         chan, volume = _channel(request, kw)
         built = levels.built_levels(chan, volume.num_levels)
         return _json(chan, zarr_view.group(volume, chan.name, voxel_nm_of(chan), built, volume.num_time_samples))
@@ -63,6 +66,9 @@ class ArrayView(PrecomputedView):
                    responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="Zarr v3 array metadata"),
                               304: NOT_MODIFIED, **errors(401, 403, 404, 429, meanings=MEANINGS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
+        return self.read(request, kw)
+
+    def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
         chan, volume = _channel(request, kw)
         level = _level(chan, volume, kw["level"])
         return _json(chan, zarr_view.array(volume, level, volume.num_time_samples))
@@ -77,6 +83,9 @@ class ChunkView(PrecomputedView):
                    responses={(200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY),
                               304: NOT_MODIFIED, **errors(401, 403, 404, 413, 429, 500, 503, meanings=MEANINGS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
+        return self.read(request, kw)
+
+    def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
         chan, volume = _channel(request, kw)
         level = _level(chan, volume, kw["level"])
         index = (kw["t"], kw["z"], kw["y"], kw["x"])
