@@ -22,6 +22,7 @@ not take (a POST to a file of a standard view) goes to the framework, which answ
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -64,9 +65,21 @@ def short_resolver() -> URLResolver:
     routes = urls.data_routes()
     for route in routes:
         view = route.callback.view_class
-        if not hasattr(view, "read") or (hasattr(view, "post") and not hasattr(view, "write")):
-            raise ImproperlyConfigured(f"{view.__name__} is served on a data route but has no read/write")
+        writes = hasattr(view, "post")
+        if not calls_its_own(view, "get", "read") or (writes and not calls_its_own(view, "post", "write")):
+            raise ImproperlyConfigured(f"{view.__name__} is on a data route but its get/post do not call a read/write "
+                                       "written beside them")
     return URLResolver(RegexPattern(r"^/"), routes)
+
+
+def calls_its_own(view: type, handler: str, body: str) -> bool:
+    """Whether ``view``'s handler (get, post) and the body it calls (read, write) were written in
+    one class: a subclass that overrides get but inherits read (as IdsView does CutoutView's)
+    would be served the parent's read here. drf-spectacular wraps inherited handlers it describes."""
+    method, called = getattr(view, handler, None), getattr(view, body, None)
+    if method is None or called is None:
+        return False
+    return bool(inspect.unwrap(method).__qualname__.rsplit(".", 1)[0] == called.__qualname__.rsplit(".", 1)[0])
 
 
 def handled(request: HttpRequest, view: type[APIView]) -> bool:
