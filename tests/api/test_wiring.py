@@ -59,7 +59,7 @@ def test_threads_arriving_while_the_build_ends_build_nothing(monkeypatch: pytest
     for thread in hungry:
         thread.start()
     try:
-        for _ in range(100):
+        for _ in range(60):
             wiring.services.cache_clear()
             builds.clear()
             with ThreadPoolExecutor(16) as pool:
