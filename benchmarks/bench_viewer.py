@@ -35,7 +35,7 @@ from benchmarks.common import (
     write_results,
 )
 from ndstore.client import Volume
-from ndstore.core.slices import encode_image
+from ndstore.core.slices import encode_image, label_colours
 from ndstore.core.synthetic import em_like
 
 TILE = 512
@@ -98,11 +98,26 @@ def tile_latency(url: str, frame: tuple[int, int, int], n: int, rounds: int) -> 
               for view in ("precomputed", "sharded", "zarr")}
     plane = em_like((1, TILE, TILE), seed=9)[0]
     encode = [latencies(lambda: encode_image(plane, "png"), n) for _ in range(rounds)]
-    return {kind: {q: summary([r[q] for r in runs]) for q in ("p50_ms", "p99_ms")}
-            for kind, runs in (("png_tile", png), ("raw_plane", raw), ("loopback_256k", loop),
-                               ("png_encode", encode), ("cutout_64", cubes),
-                               ("chunk_precomputed", chunks["precomputed"]), ("chunk_zarr", chunks["zarr"]),
-                               ("chunk_sharded", chunks["sharded"]))}
+    colours = label_colours(label_plane())
+    encode_labels = [latencies(lambda: encode_image(colours, "png"), n) for _ in range(rounds)]
+    out = {kind: {q: summary([r[q] for r in runs]) for q in ("p50_ms", "p99_ms")}
+           for kind, runs in (("png_tile", png), ("raw_plane", raw), ("loopback_256k", loop),
+                              ("png_encode", encode), ("png_encode_labels", encode_labels), ("cutout_64", cubes),
+                              ("chunk_precomputed", chunks["precomputed"]), ("chunk_zarr", chunks["zarr"]),
+                              ("chunk_sharded", chunks["sharded"]))}
+    out["png_encode_labels"]["bytes"] = len(encode_image(colours, "png"))
+    return out
+
+
+def label_plane() -> np.ndarray:
+    """A 512x512 plane of an annotation channel: 400 labelled boxes over background."""
+    rng = np.random.default_rng(3)
+    plane = np.zeros((TILE, TILE), np.uint64)
+    for _ in range(400):
+        y, x = rng.integers(0, TILE - 32, 2)
+        h, w = rng.integers(10, 80, 2)
+        plane[y:y + h, x:x + w] = rng.integers(1, 2 ** 40)
+    return plane
 
 
 def compressed_morton(position: tuple[int, int, int], grid: tuple[int, int, int]) -> int:
@@ -152,6 +167,9 @@ def table(record: dict[str, Any]) -> list[list[str]]:
         ["ceiling: loopback GET of 256 KiB, p50 / p99 ms", f"{fmt(loop['p50_ms'], 2)} / {fmt(loop['p99_ms'], 2)}", "",
          f"PNG tile = {png['p50_ms']['median'] / loop['p50_ms']['median']:.1f}x loopback"],
         ["PNG encode of the plane alone, p50 ms", fmt(enc["p50_ms"], 1), "", ""],
+        *([["PNG encode of a 512x512 plane of labels (annotation colours, RGBA) alone, p50 ms; bytes",
+            f"{fmt(lat['png_encode_labels']['p50_ms'], 1)}; {lat['png_encode_labels']['bytes']}", "", ""]]
+          if "png_encode_labels" in lat else []),
         ["64³ cutout at a random position (raw), hot cache, p50 / p99 ms",
          f"{fmt(lat['cutout_64']['p50_ms'], 1)} / {fmt(lat['cutout_64']['p99_ms'], 1)}", "", ""],
         *([f"one chunk (a cuboid, raw) through /{view}/{' (3 ranged GETs)' if 'sharded' in view else ''}, "
