@@ -129,8 +129,8 @@ class _AsDRF:
 
 def serve(request: HttpRequest) -> HttpResponse:
     """The resolved view's read or write, dispatched as DRF's APIView.dispatch does it: content
-    negotiation, authentication, throttles, then the handler; an exception becomes the answer
-    the view's exception handler gives."""
+    negotiation, authentication, permissions, throttles, then the handler; an exception becomes
+    the answer the view's exception handler gives."""
     match = request.resolver_match
     assert match is not None
     view: Any = match.func.view_class(**match.func.view_initkwargs)  # type: ignore[attr-defined]
@@ -149,6 +149,7 @@ def _dispatch(view: APIView, request: Any, kw: dict[str, Any]) -> HttpResponse:
     request.accepted_renderer, request.accepted_media_type = view.get_content_negotiator().select_renderer(
         _AsDRF(request), renderers, None)
     _authenticate(request)
+    view.check_permissions(request)  # none on these views today; a view that sets some keeps them here
     view.check_throttles(request)
     if request.method == "POST":
         return view.write(request, kw, lambda: _parsed(view, request, kw))  # type: ignore[attr-defined, no-any-return]
@@ -183,7 +184,8 @@ def _parsed(view: APIView, request: HttpRequest, kw: dict[str, Any]) -> Any:
 
 
 def _refusal(view: APIView, request: Any, exc: Exception) -> HttpResponse:
-    """APIView.handle_exception for the data views (JSONErrors: refusals are JSON)."""
+    """APIView.handle_exception for the data views, whose refusals are JSON (JSONErrors, or JSON as
+    the only renderer of the standard views' errors)."""
     request.accepted_renderer, request.accepted_media_type = JSONRenderer(), JSONRenderer.media_type
     if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
         exc.auth_header = TokenAuthentication.keyword  # type: ignore[attr-defined]
