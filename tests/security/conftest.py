@@ -98,5 +98,5 @@ def public_dataset(s: requests.Session, url: str, name: str, frame: tuple[int, i
              (f"{experiment}/", {"coord_frame": f"{name}_f", "num_hierarchy_levels": 1, "public": True}),
              *((f"{experiment}/channel/{ch}/", {**fields, "public": True}) for ch, fields in channels.items())]
     for path, body in steps:
-        r = s.post(path, json=body, timeout=10)
+        r = s.post(path, json=body, timeout=60)  # a loaded host may be busy writing back what a test before wrote
         assert r.status_code == 201, (path, r.status_code, r.text)
