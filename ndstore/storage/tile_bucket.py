@@ -13,7 +13,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ndstore.core.errors import StorageError
-from ndstore.storage.aws import MISSING, Credentials, aws_call, aws_client, session
+from ndstore.storage.aws import MISSING, Credentials, aws_call, aws_client, new_client
 from ndstore.storage.interfaces import UploadTarget
 
 
@@ -24,8 +24,8 @@ class S3TileBucket:
         self.bucket = bucket
         self._s3 = aws_client("s3", endpoint_url, region, parallelism, credentials=credentials)
         public = public_endpoint_url or endpoint_url
-        self._presigner = session(credentials).client(  # signs locally: makes no request
-            "s3", endpoint_url=public, region_name=region,
+        self._presigner = new_client(  # signs locally: makes no request
+            "s3", credentials, endpoint_url=public, region_name=region,
             config=Config(signature_version="s3v4", s3={"addressing_style": "path" if public else "auto"}))
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="tiles")
 
