@@ -12,11 +12,17 @@ import numpy as np
 import pytest
 
 from ndstore.core.geometry import Box
-from ndstore.engine.cache_tier import READ_BATCH, CacheTier
+from ndstore.engine import cache_tier as cache_tier_module
+from ndstore.engine.cache_tier import CacheTier
 from ndstore.engine.volume import ChannelVolume, make_cutout
-from ndstore.storage import rwlock
 
-SAMPLES = 2 * READ_BATCH + 88
+# The tier's batch (READ_BATCH, 256 in the service) and its lock client's names per script call
+# (rwlock.BATCH, 256), made smaller here: the same cuts and calls at an eighth of the supercuboids;
+# more samples than a lock-free snapshot takes, so the hot read is batched under locks too
+READ_BATCH = 32
+LOCKS_PER_CALL = 10
+SAMPLES = 2 * READ_BATCH + 9
+assert SAMPLES > cache_tier_module.SNAPSHOT_CUBOIDS
 
 
 def channel() -> ChannelVolume:
@@ -27,6 +33,7 @@ def channel() -> ChannelVolume:
 
 def test_one_voxel_over_many_samples_is_read_in_batches(cache_tier: CacheTier,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache_tier_module, "READ_BATCH", READ_BATCH)
     chan = channel()
     voxel = Box((5, 6, 7), (6, 7, 8))
     series = np.arange(1, SAMPLES + 1, dtype=np.uint16).reshape(SAMPLES, 1, 1, 1)
@@ -39,6 +46,7 @@ def test_one_voxel_over_many_samples_is_read_in_batches(cache_tier: CacheTier,
     calls = {"acquire": 0, "release": 0}
     locks = cache_tier._locks  # noqa: SLF001 - the tier's own lock client, spied on
     real_mixed, real_call = locks.mixed, locks._call  # type: ignore[attr-defined]  # noqa: SLF001
+    monkeypatch.setattr(locks, "_batch", LOCKS_PER_CALL)
 
     @contextmanager
     def mixed(reads: Sequence[str] = (), writes: Sequence[str] = (), timeout_s: float | None = None) -> Iterator[None]:
@@ -60,6 +68,6 @@ def test_one_voxel_over_many_samples_is_read_in_batches(cache_tier: CacheTier,
         np.testing.assert_array_equal(got, series)
         batches = -(-SAMPLES // READ_BATCH)
         assert len(held_together) == batches and max(held_together) <= READ_BATCH, (attempt, held_together)
-        # a batch's locks are taken and given back in a call or two each (rwlock.BATCH per call)
-        assert calls["acquire"] <= 2 * batches * -(-READ_BATCH // rwlock.BATCH), (attempt, calls)
-        assert calls["release"] <= batches * -(-READ_BATCH // rwlock.BATCH), (attempt, calls)
+        # a batch's locks are taken and given back in a call or two each (LOCKS_PER_CALL per call)
+        assert calls["acquire"] <= 2 * batches * -(-READ_BATCH // LOCKS_PER_CALL), (attempt, calls)
+        assert calls["release"] <= batches * -(-READ_BATCH // LOCKS_PER_CALL), (attempt, calls)
