@@ -59,20 +59,30 @@ class QueuePoller:
         self.refresh_s = refresh_s
         self._routes: list[tuple[str, str, Handler]] = []
         self._refreshed = 0.0
+        self._addresses: dict[str, tuple[str, str]] = {}  # queue name -> its URL and ARN (derived from the name)
 
     def routes(self) -> list[tuple[str, str, Handler]]:
+        """The queues with a handler, listed again every ``refresh_s``; a queue's URL and ARN are
+        looked up once, while it stays listed (two calls a queue a refresh otherwise)."""
         if time.monotonic() - self._refreshed > self.refresh_s:
-            routes = []
+            routes, addresses = [], {}
             for name in self.queues.names(f"{self.prefix}-"):
                 handler = handler_for(name, self.prefix)
+                if handler is None:
+                    continue
                 try:
-                    url = self.queues.url(name) if handler else None
-                    if handler and url:
-                        routes.append((url, self.queues.arn(url), handler))
+                    address = self._addresses.get(name) or self._address(name)
                 except StorageError:  # deleted since it was listed (its job completed): nothing to poll
                     continue
-            self._routes, self._refreshed = routes, time.monotonic()
+                if address:
+                    addresses[name] = address
+                    routes.append((*address, handler))
+            self._routes, self._addresses, self._refreshed = routes, addresses, time.monotonic()
         return self._routes
+
+    def _address(self, name: str) -> tuple[str, str] | None:
+        url = self.queues.url(name)
+        return (url, self.queues.arn(url)) if url else None
 
     def poll_once(self) -> int:
         """One receive per queue, each batch through its handler; returns messages handled."""

@@ -13,9 +13,9 @@ class StartFailed(RuntimeError):
     """Raised by a readiness check that knows waiting longer cannot help (a process exited)."""
 
 
-def wait_until(check: object, what: str, timeout: float = 30.0) -> None:
-    """Poll `check()` until it is true; an exception from it means not yet, but StartFailed ends
-    the wait at once."""
+def wait_until(check: object, what: str, timeout: float = 30.0, every_s: float = 0.1) -> None:
+    """Poll `check()` every ``every_s`` until it is true; an exception from it means not yet, but
+    StartFailed ends the wait at once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -25,7 +25,7 @@ def wait_until(check: object, what: str, timeout: float = 30.0) -> None:
             raise
         except Exception:  # noqa: BLE001 - the service is not up yet
             pass
-        time.sleep(0.1)
+        time.sleep(every_s)
     raise RuntimeError(f"{what} did not start within {timeout:.0f}s")
 
 

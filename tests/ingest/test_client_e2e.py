@@ -26,6 +26,9 @@ from tests.conftest import own_stack_env
 from tests.ingest.conftest import source_volume
 
 TOKEN = "ingest-e2e-admin-token"
+# a job's status reads ~13 things of SQS and DynamoDB, which moto (in this process) computes
+# slowly: polled every 0.3 s, not every 0.1 s
+STATUS_EVERY_S = 0.3
 BOX = Box((0, 0, 0), (1024, 768, 16))  # 4 x 3 tiles of 256 per slice: 192 tiles, 4 supercuboids (one all zero)
 
 
@@ -93,7 +96,8 @@ def test_the_upload_client_killed_halfway_resumes_and_the_volume_arrives_whole(l
                        "--tile-size", "256", "--tiles", str(tmp_path / "tiles"))
     wait_until(lambda: session().get(f"{live.url}/v1/ingest/").json()["jobs"], "the job", timeout=60)
     job_id = session().get(f"{live.url}/v1/ingest/").json()["jobs"][0]["id"]
-    wait_until(lambda: job_status(live.url, job_id)["status"]["tiles"]["uploaded"] >= 40, "40 tiles", timeout=120)
+    wait_until(lambda: job_status(live.url, job_id)["status"]["tiles"]["uploaded"] >= 40, "40 tiles", timeout=120,
+               every_s=STATUS_EVERY_S)
     os.killpg(first.pid, signal.SIGKILL)  # the lab's machine dies: uploaders and all
     first.wait()
     before = job_status(live.url, job_id)["status"]["tiles"]["uploaded"]
@@ -162,7 +166,8 @@ def test_missing_and_malformed_tiles_are_named_and_the_rest_arrives(live: LocalS
     proc = ingest_cli(live.url, "--job", str(job_id), "--retry-failed", "--tiles", str(root))
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
-    wait_until(lambda: job_status(live.url, job_id)["status"]["supercuboids"]["cleaned"] == 1, "the build", 120)
+    wait_until(lambda: job_status(live.url, job_id)["status"]["supercuboids"]["cleaned"] == 1, "the build", 120,
+               STATUS_EVERY_S)
     got = session().get(f"{live.url}/v1/cutout/ing2/e/c/0/0:512/0:512/0:4/",
                         headers={"Accept": "application/octet-stream"})
     assert np.array_equal(np.frombuffer(got.content, np.uint8).reshape(volume.shape), volume)
