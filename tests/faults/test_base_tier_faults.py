@@ -45,8 +45,11 @@ def is_get(call: Call) -> bool:
 
 def pattern(frame: Box, version: int) -> np.ndarray:
     """Compressible data (period 251 along x) that differs from every other version everywhere."""
-    z, y, x = np.indices(frame.shape_zyx, dtype=np.int64)
-    out: np.ndarray = ((x + 3 * y + 7 * z + 31 * version) % 251 + 1).astype(np.uint8)
+    depth, height, width = frame.shape_zyx  # (x + 3y + 7z + 31 version) % 251 + 1, from residues per axis
+    z = ((7 * np.arange(depth) + 31 * version) % 251).astype(np.uint16)[:, None, None]
+    y = (3 * np.arange(height) % 251).astype(np.uint16)[None, :, None]
+    x = (np.arange(width) % 251).astype(np.uint16)[None, None, :]
+    out: np.ndarray = ((z + y + x) % 251 + 1).astype(np.uint8)
     return out
 
 
