@@ -167,7 +167,7 @@ def test_missing_and_malformed_tiles_are_named_and_the_rest_arrives(live: LocalS
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     wait_until(lambda: job_status(live.url, job_id)["status"]["supercuboids"]["cleaned"] == 1, "the build", 120,
-               STATUS_EVERY_S)
+               every_s=STATUS_EVERY_S)
     got = session().get(f"{live.url}/v1/cutout/ing2/e/c/0/0:512/0:512/0:4/",
                         headers={"Accept": "application/octet-stream"})
     assert np.array_equal(np.frombuffer(got.content, np.uint8).reshape(volume.shape), volume)

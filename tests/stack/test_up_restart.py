@@ -142,7 +142,7 @@ def test_an_ingest_interrupted_by_a_restart_of_the_whole_stack_resumes_to_the_ex
     first = ingest("--channel", "ing/e/c", "--x", "0:1024", "--y", "0:768", "--z", "0:16", "--tile-size", "256")
     wait_until(lambda: up.session().get(f"{up.url}/v1/ingest/").json()["jobs"], "the job", timeout=60)
     job = up.session().get(f"{up.url}/v1/ingest/").json()["jobs"][0]["id"]
-    wait_until(lambda: status(job)["tiles"]["uploaded"] >= 30, "30 tiles recorded", timeout=120, every_s=0.3)
+    wait_until(lambda: status(job)["tiles"]["uploaded"] >= 30, "30 tiles recorded", timeout=120)
     up.stop()  # the whole stack, mid-upload
     os.killpg(first.pid, signal.SIGKILL)  # its client lost the service; a lab would run it again
     first.wait()
@@ -153,8 +153,7 @@ def test_an_ingest_interrupted_by_a_restart_of_the_whole_stack_resumes_to_the_ex
     second = ingest("--job", str(job))
     out, _ = second.communicate(timeout=300)
     assert second.returncode == 0, out
-    wait_until(lambda: status(job)["supercuboids"]["cleaned"] == 4, "every supercuboid built", timeout=120,
-               every_s=0.3)
+    wait_until(lambda: status(job)["supercuboids"]["cleaned"] == 4, "every supercuboid built", timeout=120)
     assert status(job)["tiles"] == {"total": 192, "uploaded": 192, "queued_for_upload": 192}
     r = up.session().get(f"{up.url}/v1/cutout/ing/e/c/0/0:1024/0:768/0:16/",
                          headers={"Accept": "application/octet-stream"})
