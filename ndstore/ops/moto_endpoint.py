@@ -9,6 +9,13 @@ sent meanwhile. AWS has no such races, so the stand-in must not have them either
 accepts connections on threads as moto's own does, but runs moto's application, and reads the
 response it returns, under one lock. The one place moto waits inside a request, an SQS long poll
 on an empty queue, gives the lock up while it waits, or no message could ever arrive to end it.
+
+Some of moto's work grows where AWS's does not, and it runs under that one lock, so the tests and
+the local stack wait on it: GetQueueAttributes of named attributes computes all of them three times
+(counting the queue's messages each time); ReceiveMessage checks each message it hands out against
+the retention period through that same call, so a receive from a queue of n messages took O(n^2);
+and every request lists moto's package directory (a stat per service) to find its backend. These
+are answered here from the same state with the work done once (`_do_slow_work_once`).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ class SerialApp:
     def __init__(self, app: Any):
         self.app = app
         _release_during_long_polls()
+        _do_slow_work_once()
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         with _LOCK:
@@ -68,6 +76,34 @@ def _release_during_long_polls() -> None:
 
     wait_for_messages.releases_serial_lock = True  # type: ignore[attr-defined]
     Queue.wait_for_messages = wait_for_messages  # type: ignore[method-assign]
+
+
+def _do_slow_work_once() -> None:
+    from moto import backends
+    from moto.core.utils import unix_time
+    from moto.sqs.models import SQSBackend
+
+    named = SQSBackend.get_queue_attributes  # moto 5.2
+    if getattr(named, "counts_once", False):
+        return
+    modules = tuple(backends.list_of_moto_modules())  # the installed package's directories
+    backends.list_of_moto_modules = lambda: modules
+
+    def get_queue_attributes(backend: SQSBackend, queue_name: str, attribute_names: list[str]) -> dict[str, Any]:
+        queue = backend.get_queue(queue_name)
+        known = {*queue.BASE_ATTRIBUTES, *queue.FIFO_ATTRIBUTES, *queue.KMS_ATTRIBUTES}
+        if not attribute_names or "All" in attribute_names or not set(attribute_names) <= known:
+            return named(backend, queue_name, attribute_names)  # moto's answer, and its errors
+        attributes = queue.attributes
+        return {name: attributes[name] for name in attribute_names if attributes.get(name) is not None}
+
+    def retained(backend: SQSBackend, queue_name: str, message: Any) -> bool:
+        queue = backend.get_queue(queue_name)
+        return bool(int(queue.message_retention_period) + message.sent_timestamp / 1000 > unix_time())
+
+    get_queue_attributes.counts_once = True  # type: ignore[attr-defined]
+    SQSBackend.get_queue_attributes = get_queue_attributes  # type: ignore[method-assign]
+    SQSBackend.is_message_valid_based_on_retention_period = retained  # type: ignore[method-assign]
 
 
 def moto_app() -> SerialApp:

@@ -78,3 +78,37 @@ def test_a_long_poll_lets_other_requests_in_and_gets_what_they_send() -> None:
         assert [m["Body"] for m in got] == ["hello"]
     finally:
         server.stop()
+
+
+def test_queue_attributes_and_the_retention_check_answer_as_moto_does() -> None:
+    # the server computes these once per call where moto 5.2 repeats the work (moto_endpoint's
+    # docstring); the answers must stay moto's
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.sqs.models import sqs_backends
+
+    server = SerialMotoServer().start()
+    try:
+        sqs = boto3.client("sqs", endpoint_url=server.url, region_name="us-east-1")
+        name = f"q-{uuid.uuid4().hex}"
+        url = sqs.create_queue(QueueName=name, Attributes={"MessageRetentionPeriod": "60"})["QueueUrl"]
+        for i in range(5):
+            sqs.send_message(QueueUrl=url, MessageBody=str(i))
+        taken = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2, VisibilityTimeout=30)["Messages"]
+        assert len(taken) == 2
+        named = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
+            "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "MessageRetentionPeriod"])
+        assert named["Attributes"] == {"ApproximateNumberOfMessages": "3",
+                                       "ApproximateNumberOfMessagesNotVisible": "2", "MessageRetentionPeriod": "60"}
+        every = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        assert {k: every[k] for k in named["Attributes"]} == named["Attributes"] and "QueueArn" in every
+        try:
+            sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["NoSuchAttribute"])
+            raise AssertionError("an unknown attribute name was answered")
+        except ClientError as exc:
+            assert exc.response["Error"]["Code"] == "InvalidAttributeName"
+
+        for message in sqs_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].queues[name]._messages:
+            message.sent_timestamp -= 61_000  # past the queue's 60 s retention
+        assert sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=3).get("Messages", []) == []
+    finally:
+        server.stop()
