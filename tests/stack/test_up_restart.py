@@ -77,8 +77,10 @@ def up(tmp_path: Path) -> Iterator[Up]:
 
 
 def test_cutouts_and_pending_blaze_writes_survive_a_restart_and_the_merger_merges_them(up: Up) -> None:
-    """One stop/start cycle for both (each boot of `ndstore up` costs half a minute here)."""
-    up.start()
+    """One stop/start cycle for both (each boot of `ndstore up` costs half a minute here). The first
+    boot has no merger: nothing can merge the NDBlaze writes before the restart, and the merger's
+    JVM is started once."""
+    up.start(merger=False)
     s = up.session()
     up.create("keep", (700, 600, 80), "c", {"datatype": "uint16"})
     data = np.random.default_rng(0).integers(0, 60000, (70, 500, 600), dtype=np.uint16)
