@@ -63,6 +63,13 @@ _BLOSC1_MAX_VERSION = 2
 # Concurrent requests of one web process (gthread) must not queue behind one body's
 # (de)compression: python-blosc holds the GIL by default.
 blosc.set_releasegil(True)
+# One thread per call: with several, c-blosc places each compressed block where the thread that
+# made it finished, so two encodings of the same voxels differed in their block order, and so did
+# their strong ETags (a conditional GET re-downloaded; Range reads joined under If-Range could mix
+# two layouts). Parallel now across requests (the worker's threads) rather than within one: on
+# this 2-core host 16 MiB compress+decompress pairs, 4 threads at once: 59.7/s with 1 blosc thread,
+# 59.9/s with 2; one at a time 46.7/s and 51.5/s (docs/design/serving.md, section 26).
+blosc.set_nthreads(1)
 
 
 def _blosc_decompress_into(body: bytes, out: Array) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from ndstore.api.browser_http import byte_range
 from ndstore.core import wire
+from ndstore.core.synthetic import em_like
 from tests.api.conftest import Dataset, make_dataset
 
 BOX = ((10, 300), (20, 140), (3, 9))  # unaligned, over several cuboids
@@ -170,3 +171,23 @@ def test_a_write_through_any_path_shows_at_once_in_every_standard_view(admin: An
         assert again.status_code == 200 and again["ETag"] != before[view]["ETag"], (path, view)
         assert again.content != before[view].content, (path, view)
     assert admin.get(views["precomputed"]).content[0] == one[0, 0, 0]  # the box starts at the written voxel
+
+
+def test_a_large_blosc_answer_is_the_same_bytes_and_etag_every_read(admin: Any) -> None:
+    # a strong ETag names one sequence of bytes, and a client may join Range reads made under it
+    # (If-Range): the blosc answer must not depend on which of blosc's threads finished first
+    data = make_dataset(admin, name="big", levels=1)
+    box = ((0, 1024), (0, 512), (0, 16))  # 8 MiB: many blosc blocks
+    values = em_like((16, 512, 1024), seed=2)  # compressible, unevenly: blocks of many sizes
+    url = data.cutout("img8", 0, *box)
+    blosc = wire.format_for("application/blosc")
+    r = admin.generic("POST", url, blosc.encode(values), content_type="application/blosc")
+    assert r.status_code == 201, r.content
+    reads = [admin.get(url, HTTP_ACCEPT="application/blosc") for _ in range(4)]
+    assert {r["ETag"] for r in reads} == {reads[0]["ETag"]}
+    assert all(r.content == reads[0].content for r in reads)
+    half = len(reads[0].content) // 2
+    tail = admin.get(url, HTTP_ACCEPT="application/blosc", HTTP_RANGE=f"bytes={half}-", HTTP_IF_RANGE=reads[0]["ETag"])
+    assert tail.status_code == 206
+    joined = reads[0].content[:half] + tail.content
+    assert np.array_equal(blosc.decode(joined, values.shape, values.dtype), values)
