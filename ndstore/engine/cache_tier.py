@@ -83,6 +83,10 @@ READ_BATCH = 256  # at most this many supercuboids per locked snapshot of a read
 # costs more than a few decodes.
 SNAPSHOT_CUBOIDS = 64
 SERIAL_DECODE_CUBOIDS = 16
+# A write merges (decodes, overwrites, encodes) up to these many cuboids in the request's thread:
+# a 64x64x8 annotation stroke touches at most 2x2x2 cuboids, and under load the codec pool's hop
+# cost it more CPU than it saved (serving.md, section 27). More (a large write's) go to the pool.
+SERIAL_MERGE_CUBOIDS = 8
 # A lock-free write first reads the cuboids it covers partly: at most these many (4 MiB of uint8).
 LOCK_FREE_MERGE_CUBOIDS = 16
 # Writes go without locks up to a supercuboid's worth of cuboids when their new blobs fit what 16
@@ -286,7 +290,7 @@ class CacheTier:
         return blobs
 
     @staticmethod
-    def _touching(part: SupercuboidPart, grid: Grid) -> list[Any]:
+    def _touching(part: SupercuboidPart, grid: Grid) -> Sequence[Any]:
         return cuboids_touching(part.local_region(grid), grid.cuboid, grid.cuboids_per_super)
 
     def _decode(self, planned: PlannedPart, blobs: Sequence[Blob | None], numbers: list[int], grid: Grid, out: Array,
@@ -420,12 +424,12 @@ class CacheTier:
             if cutout.channel.write_through:
                 written_back.extend(self._flush_locked(key.name) for key in keys)
 
-    def _merge(self, planned: PlannedPart, grid: Grid, src: Array, touching: list[Any],
+    def _merge(self, planned: PlannedPart, grid: Grid, src: Array, touching: Sequence[Any],
                old: dict[int, Blob | None], whole: Mapping[int, bytes]) -> None:
         new = self._merged(planned, grid, src, touching, old, whole)
         self._cache.put(planned.key.name, {META: _meta(src.dtype, grid), **new}, self._clock(), dirty=True)
 
-    def _merged(self, planned: PlannedPart, grid: Grid, src: Array, touching: list[Any],
+    def _merged(self, planned: PlannedPart, grid: Grid, src: Array, touching: Sequence[Any],
                 old: Mapping[int, Blob | None], whole: Mapping[int, bytes] | None = None) -> dict[int, bytes]:
         """The new blobs of the ``touching`` cuboids of ``src``: whole ones compressed (or taken
         from ``whole``, compressed already), partly covered ones merged into their ``old`` blob."""
@@ -444,7 +448,10 @@ class CacheTier:
 
         # only the cuboids with work to do go to the pool: a hand-off costs more than a lookup
         done = {n: whole[n] for n, _, _ in touching if n in whole} if whole else {}
-        return {**done, **dict(map_ordered(self._codec, merged, [t for t in touching if t[0] not in done]))}
+        work = [t for t in touching if t[0] not in done]
+        if len(work) <= SERIAL_MERGE_CUBOIDS:
+            return {**done, **dict(map(merged, work))}
+        return {**done, **dict(map_ordered(self._codec, merged, work))}
 
     # -- coherence with the base tier: direct I/O, NDBlaze reads and merges --------------------
     @contextmanager
@@ -719,7 +726,7 @@ def _cuboids_of(obj: bytes | None, dtype: np.dtype, count: int) -> Sequence[Blob
     return blobs
 
 
-def _untouched(blobs: Sequence[Blob], touching: list[Any]) -> dict[int, Blob]:
+def _untouched(blobs: Sequence[Blob], touching: Sequence[Any]) -> dict[int, Blob]:
     """The blobs of the cuboids a write did not touch (``touching``: its (number, ...) items)."""
     touched = {number for number, _, _ in touching}
     return {n: b for n, b in enumerate(blobs) if n not in touched}

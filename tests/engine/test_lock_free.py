@@ -166,6 +166,31 @@ def test_a_write_of_up_to_16_partly_covered_cuboids_is_two_round_trips(cache_tie
     assert cache_tier.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
 
 
+def test_a_stroke_is_merged_in_the_request_thread_and_a_larger_write_on_the_codec_pool(
+        cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Merges of up to SERIAL_MERGE_CUBOIDS partly covered cuboids (the most a 64x64x8 stroke
+    touches) run in the caller's thread: the pool's hand-offs cost more CPU than they save
+    (serving.md section 27); more go to the codec pool. Either way every voxel lands."""
+    data = values(WHOLE, 51)
+    cache_tier.write(cut(WHOLE), data)
+    stroke = Box((CUBOID[0] - 30, CUBOID[1] - 30, CUBOID[2] - 4), (CUBOID[0] + 34, CUBOID[1] + 34, CUBOID[2] + 4))
+    sixteen = Box((30, 30, 8), (30 + 3 * CUBOID[0] + 10, 30 + CUBOID[1] + 10, 8 + CUBOID[2]))  # 4 x 2 x 2
+    threads: list[int] = []
+    real_compress = cache_tier_module.compress_cuboid
+    monkeypatch.setattr(cache_tier_module, "compress_cuboid",
+                        lambda c: threads.append(threading.get_ident()) or real_compress(c))
+    for box, seed, in_caller in ((stroke, 52, True), (sixteen, 53, False)):
+        touched = sum(len(cache_tier._touching(p.part, GRID)) for p in cut(box).plan().parts)
+        assert (touched <= cache_tier_module.SERIAL_MERGE_CUBOIDS) == in_caller, touched
+        threads.clear()
+        cache_tier.write(cut(box), values(box, seed))
+        assert len(threads) == touched
+        assert (set(threads) == {threading.get_ident()}) == in_caller, threads
+        data[0][box.slices_zyx()] = values(box, seed)[0]
+    np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
+    assert cache_tier.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
+
+
 def test_a_supercuboid_of_labels_goes_without_locks_and_of_noise_with_each_cuboid_compressed_once(
         cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
     """Up to LOCK_FREE_WRITE_CUBOIDS whole cuboids go lock-free when their blobs fit
