@@ -12,6 +12,7 @@ the N entries, cuboids in C order of their (z, y, x) position.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -70,7 +71,15 @@ def _box_of(cuboid: XYZ, at: XYZ) -> Box:
     return Box(lo, (lo[0] + cuboid[0], lo[1] + cuboid[1], lo[2] + cuboid[2]))
 
 
-def cuboids_touching(region: Box, cuboid: XYZ, counts: XYZ) -> list[tuple[int, Box, Box]]:
+# Reads and writes of the same shapes recur (a viewer's planes, a pipeline's aligned boxes, every
+# supercuboid of a large read): their cuboid geometry is computed once per process. A whole
+# supercuboid's took ~0.4 ms of Python per call, and a read asked for it twice (serving.md,
+# section 27). Bounded: an entry holds at most a supercuboid's 64 cuboids.
+_GEOMETRY_CACHE = 256
+
+
+@functools.lru_cache(maxsize=_GEOMETRY_CACHE)
+def cuboids_touching(region: Box, cuboid: XYZ, counts: XYZ) -> tuple[tuple[int, Box, Box], ...]:
     """(number, cuboid box, part of region in it) of every cuboid ``region`` touches, in
     number order; only the cuboids in the region's index range are visited."""
     first = [max(region.lo[a] // cuboid[a], 0) for a in range(3)]
@@ -83,7 +92,18 @@ def cuboids_touching(region: Box, cuboid: XYZ, counts: XYZ) -> list[tuple[int, B
                 part = region.intersect(box)
                 if part is not None:
                     out.append(((k * counts[1] + j) * counts[0] + i, box, part))
-    return out
+    return tuple(out)
+
+
+Slices = tuple[slice, slice, slice]
+
+
+@functools.lru_cache(maxsize=_GEOMETRY_CACHE)
+def _region_decodes(region: Box, cuboid: XYZ, counts: XYZ) -> tuple[tuple[int, bool, Slices, Slices], ...]:
+    """Per cuboid ``region`` touches: its number, whether the region covers it whole, where its
+    part goes in the region's array and where that part sits in the cuboid's."""
+    return tuple((n, part == cbox, part.slices_zyx(region.lo), part.slices_zyx(cbox.lo))
+                 for n, cbox, part in cuboids_touching(region, cuboid, counts))
 
 
 # A cuboid's decode takes ~25 us and its compression ~100 us: handed to a pool one by one, the
@@ -158,19 +178,20 @@ def decode_blobs_region(blobs: dict[int, bytes] | dict[int, memoryview], cuboid:
     touches; b"" is an all-zero cuboid)."""
     shape, dtype = (cuboid[2], cuboid[1], cuboid[0]), out.dtype
 
-    def decode(job: tuple[bytes | memoryview, Box, Box]) -> None:
-        blob, cbox, part = job
-        target = out[part.slices_zyx(region.lo)]
+    def decode(job: tuple[bytes | memoryview, bool, Slices, Slices]) -> None:
+        blob, whole, in_out, in_cuboid = job
+        target = out[in_out]
         if not blob:
             target[...] = 0
-        elif part == cbox and target.flags.c_contiguous:
+        elif whole and target.flags.c_contiguous:
             _decompress_into(blob, target)
         else:
             scratch = np.empty(shape, dtype)
             _decompress_into(blob, scratch)
-            target[...] = scratch[part.slices_zyx(cbox.lo)]
+            target[...] = scratch[in_cuboid]
 
-    in_batches(mapper, decode, [(blobs[n], cbox, part) for n, cbox, part in cuboids_touching(region, cuboid, counts)])
+    in_batches(mapper, decode, [(blobs[n], whole, in_out, in_cuboid)
+                                for n, whole, in_out, in_cuboid in _region_decodes(region, cuboid, counts)])
 
 
 def _decompress_into(blob: bytes | memoryview, out: npt.NDArray[np.generic]) -> None:

@@ -68,9 +68,10 @@ def test_tampered_key_is_refused() -> None:
 def test_cuboids_touching_visits_exactly_the_cuboids_a_region_overlaps(lo: tuple[int, int, int],
                                                                       size: tuple[int, int, int]) -> None:
     region = Box(lo, (lo[0] + size[0], lo[1] + size[1], lo[2] + size[2]))
-    every = [(n, box, part) for n, box in enumerate(chunks.cuboid_boxes(CUBOID, COUNTS))
-             if (part := region.intersect(box)) is not None]
+    every = tuple((n, box, part) for n, box in enumerate(chunks.cuboid_boxes(CUBOID, COUNTS))
+                  if (part := region.intersect(box)) is not None)
     assert chunks.cuboids_touching(region, CUBOID, COUNTS) == every
+    assert chunks.cuboids_touching(region, CUBOID, COUNTS) == every  # the same from the process's cache
 
 
 def test_a_damaged_cuboid_is_refused_with_a_named_error_not_decoded() -> None:
