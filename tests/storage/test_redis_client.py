@@ -1,7 +1,7 @@
 """The project's Redis client (ndstore.storage.redis_client) against a real redis-server: large
 values go out and come back whole, and the socket is told to acknowledge at once (TCP_QUICKACK)
 before every read, so a multi-MiB reply does not wait on the receiver's delayed ACKs
-(docs/design/serving.md, section 21)."""
+(docs/design/serving.md, section 21), in reads of up to 256 KiB (section 28)."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ def test_every_read_of_a_large_reply_asks_for_quick_acks(redis_url: str, monkeyp
             quick.append(len(reads))
         real_setsockopt(sock, level, option, *value)
 
-    def recv_into(sock: socket.socket, *args: Any) -> int:
-        reads.append(1)
-        return real_recv_into(sock, *args)
+    def recv_into(sock: socket.socket, buffer: Any, *args: Any) -> int:
+        reads.append(len(buffer))
+        return real_recv_into(sock, buffer, *args)
 
     monkeypatch.setattr(socket.socket, "setsockopt", setsockopt)
     monkeypatch.setattr(socket.socket, "recv_into", recv_into)
@@ -39,4 +39,5 @@ def test_every_read_of_a_large_reply_asks_for_quick_acks(redis_url: str, monkeyp
 
     assert got == list(blobs.values())
     assert len(reads) > 64 and quick == list(range(len(reads)))  # set before each read, none skipped
+    assert set(reads) == {redis_client.READ_SIZE}  # up to 256 KiB a read: ~87 reads for 16 MiB, not ~455
     client.delete(*blobs)
