@@ -46,10 +46,11 @@ def map_completed(pool: ThreadPoolExecutor, fn: Callable[[K], V], keys: Iterable
         wait(running)
 
 
-def map_ordered(pool: ThreadPoolExecutor, fn: Callable[[K], V], keys: Iterable[K]) -> list[V]:
-    """``pool.map`` into a list, with a single key run in the calling thread."""
+def map_ordered(pool: ThreadPoolExecutor, fn: Callable[[K], V], keys: Iterable[K], inline_up_to: int = 1) -> list[V]:
+    """``pool.map`` into a list; up to ``inline_up_to`` keys run in the calling thread instead,
+    where the hops to the pool and back would cost more than the work."""
     keys = list(keys)
-    return [fn(keys[0])] if len(keys) == 1 else list(pool.map(fn, keys))
+    return [fn(k) for k in keys] if len(keys) <= inline_up_to else list(pool.map(fn, keys))
 
 
 def run_all(pool: ThreadPoolExecutor, fn: Callable[[K], object], keys: Iterable[K], window: int | None = None) -> None:

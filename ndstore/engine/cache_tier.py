@@ -449,9 +449,7 @@ class CacheTier:
         # only the cuboids with work to do go to the pool: a hand-off costs more than a lookup
         done = {n: whole[n] for n, _, _ in touching if n in whole} if whole else {}
         work = [t for t in touching if t[0] not in done]
-        if len(work) <= SERIAL_MERGE_CUBOIDS:
-            return {**done, **dict(map(merged, work))}
-        return {**done, **dict(map_ordered(self._codec, merged, work))}
+        return {**done, **dict(map_ordered(self._codec, merged, work, inline_up_to=SERIAL_MERGE_CUBOIDS))}
 
     # -- coherence with the base tier: direct I/O, NDBlaze reads and merges --------------------
     @contextmanager
