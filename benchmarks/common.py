@@ -235,11 +235,17 @@ class _Blob(BaseHTTPRequestHandler):
         pass
 
 
+class _Backlogged(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5: 32 writers connecting at once had their
+    # connections reset. nginx, the service's front, listens with 511.
+    request_queue_size = 511
+
+
 @contextmanager
 def loopback_http(body: bytes) -> Iterator[str]:
     """A plain threaded HTTP server on 127.0.0.1 that serves and swallows ``body``-sized bodies."""
     handler = type("Blob", (_Blob,), {"body": body})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Backlogged(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
