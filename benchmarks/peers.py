@@ -2,7 +2,7 @@
 volumes as a zarr array, one chunk per 512x512x64 region (the unit NDStore stores: a supercuboid,
 16 MiB), compressed as NDStore's wire format is (blosc lz4, clevel 5, byte shuffle). Each client
 thread writes/reads its own region, as bench_direct's threads do through the service. HSDS (with
-POSIX storage, as NDStore's file base tier), through h5pyd.
+POSIX storage, as NDStore's file base tier), through h5pyd, its chunks compressed the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,9 @@ for folder in ("/home/", "/home/admin/"):
 volumes = [np.load(p) for p in paths]
 z, y, x = volumes[0].shape
 with h5pyd.File("/home/admin/bench.h5", "w", **kw) as f:
-    f.create_dataset("v", (z, y, x * len(volumes)), dtype="u1", chunks=(z, y // 2, x // 2))
+    # compressed as NDStore's wire format and TensorStore's chunks are: blosc lz4, level 5, byte shuffle
+    f.create_dataset("v", (z, y, x * len(volumes)), dtype="u1", chunks=(z, y // 2, x // 2), compression="lz4",
+                     compression_opts=5, shuffle=True)
 
 # One handle per thread for the whole run: HSDS answers a burst of opens with 503s
 files = [h5pyd.File("/home/admin/bench.h5", "a", **kw) for _ in range(max(thread_counts))]
@@ -106,7 +109,10 @@ def read(d, i):
 
 out = {t: {"write": [rate(write, t) for _ in range(rounds)], "read": [rate(read, t) for _ in range(rounds)]}
        for t in thread_counts}
-print(json.dumps(out))
+files[0].flush()  # untimed: have HSDS store chunks, to measure what it stores
+d = files[0]["v"]
+print(json.dumps({"rates": out, "compression": d.compression, "compression_opts": d.compression_opts,
+                  "shuffle": d.shuffle}))
 """
 
 
@@ -121,10 +127,15 @@ def _hsds_venv() -> Path:
 
 
 def hsds_rates(volumes: list[npt.NDArray[np.uint8]], thread_counts: list[int], rounds: int,
-               reps: int) -> dict[int, dict[str, Any]]:
+               reps: int) -> tuple[dict[int, dict[str, Any]], float | None]:
     """HSDS with POSIX storage in a temporary directory, its nodes on Unix sockets (it would bind
     every interface on TCP), 2 data nodes; h5pyd clients in its own venv. Chunks of 64x256x256
-    (4 MiB, HSDS's default limit), uncompressed (HSDS's default)."""
+    (4 MiB, HSDS's default limit), blosc lz4 at level 5 with byte shuffle, as NDStore's wire
+    format and the TensorStore peer's chunks (HSDS's default is uncompressed). HSDS answers a
+    write once its data nodes hold the chunk in memory, and stores it later; its reads come from
+    that memory too. Returns the rates and, after a flush once the rounds are done, the bytes of
+    the chunks it stored over their raw bytes (its compression at work: uncompressed, at least 1;
+    None if it stored none)."""
     python = _hsds_venv()
     with tempfile.TemporaryDirectory(prefix="ndbench-hsds-") as tmp:
         root, sockets = Path(tmp) / "data", Path(tmp) / "s"
@@ -151,8 +162,31 @@ def hsds_rates(volumes: list[npt.NDArray[np.uint8]], thread_counts: list[int], r
             if done.returncode != 0:
                 raise RuntimeError(f"the h5pyd client failed ({done.returncode}):\n{done.stderr[-3000:]}")
             raw = json.loads(done.stdout.strip().splitlines()[-1])
+            if (raw["compression"], raw["shuffle"]) != ("lz4", True):
+                raise RuntimeError(f"HSDS's dataset is not blosc lz4 with byte shuffle: {raw}")
+            stored = _stored_chunks(root / "bench")
         finally:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(30)
             log.close()
-    return {int(t): {k: summary(v) for k, v in r.items()} for t, r in raw.items()}
+    rates: dict[Any, Any] = {int(t): {k: summary(v) for k, v in r.items()} for t, r in raw["rates"].items()}
+    count, nbytes = stored
+    z, y, x = volumes[0].shape
+    return rates, (nbytes / (count * z * (y // 2) * (x // 2)) if count else None)
+
+
+def _stored_chunks(folder: Path, quiet_s: float = 1.0, timeout: float = 20) -> tuple[int, int]:
+    """(count, bytes) of the chunk files HSDS stored under ``folder`` (its metadata files start
+    with a dot), once they stop changing: HSDS stores chunks after it has answered the flush."""
+    def chunks() -> tuple[int, int]:
+        found = [p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")]
+        return len(found), sum(p.stat().st_size for p in found)
+
+    last, deadline = (-1, -1), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = chunks()
+        if now == last and now[0] > 0:
+            break
+        last = now
+        time.sleep(quiet_s)
+    return last
