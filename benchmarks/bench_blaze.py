@@ -29,6 +29,7 @@ from benchmarks.common import (
     local_stack,
     loopback_http,
     loopback_rates,
+    repeated_posts,
     summary,
     write_results,
 )
@@ -144,11 +145,7 @@ def small_write_rates(stack: Stack, threads: int, rounds: int, per_thread: int) 
 
     out: dict[str, Any] = {"cache": [], "blaze": [], "loopback": []}
     with loopback_http(body) as bare:
-        def bare_post(i: int) -> int:
-            for _ in range(per_thread):
-                sessions[i].post(bare, data=body).raise_for_status()
-            return per_thread
-
+        bare_post = repeated_posts(sessions, bare, body, per_thread)
         for _ in range(rounds):  # in turns, so the host's drift falls on all three
             out["cache"].append(concurrent_rate(writes("cutout"), threads) * 1e6)
             discard_pending(buffer)

@@ -235,6 +235,16 @@ class _Blob(BaseHTTPRequestHandler):
         pass
 
 
+def repeated_posts(sessions: list[requests.Session], url: str, body: bytes, count: int) -> Callable[[int], int]:
+    """For concurrent_rate: thread i POSTs ``body`` to ``url`` ``count`` times with its own
+    session (a small write's loopback ceiling); each call reports ``count``."""
+    def post(i: int) -> int:
+        for _ in range(count):
+            sessions[i].post(url, data=body).raise_for_status()
+        return count
+    return post
+
+
 class _Backlogged(ThreadingHTTPServer):
     # socketserver listens with a backlog of 5: 32 writers connecting at once had their
     # connections reset. nginx, the service's front, listens with 511.

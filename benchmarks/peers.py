@@ -162,8 +162,8 @@ def hsds_rates(volumes: list[npt.NDArray[np.uint8]], thread_counts: list[int], r
             if done.returncode != 0:
                 raise RuntimeError(f"the h5pyd client failed ({done.returncode}):\n{done.stderr[-3000:]}")
             raw = json.loads(done.stdout.strip().splitlines()[-1])
-            if (raw["compression"], raw["shuffle"]) != ("lz4", True):
-                raise RuntimeError(f"HSDS's dataset is not blosc lz4 with byte shuffle: {raw}")
+            if (raw["compression"], raw["compression_opts"], raw["shuffle"]) != ("lz4", 5, True):
+                raise RuntimeError(f"HSDS's dataset is not blosc lz4, level 5, with byte shuffle: {raw}")
             stored = _stored_chunks(root / "bench")
         finally:
             os.killpg(server.pid, signal.SIGTERM)
