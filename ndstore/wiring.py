@@ -268,9 +268,12 @@ class _BuiltOnce:
         return self._built is not None
 
     def cache_clear(self) -> None:
-        """Forget the services: the next call builds them again (tests, after changing the environment)."""
+        """Forget the services: the next call builds them again (tests, after changing the
+        environment). Their metrics are flushed and no longer flushed in the background."""
         with self._lock:
-            self._built = None
+            built, self._built = self._built, None
+        if built is not None:
+            built.metrics.close()
 
 
 # The process-wide services, built on first use from this process's environment (the edge: web

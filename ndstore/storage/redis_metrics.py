@@ -102,6 +102,12 @@ class RedisMetrics:
                     self._pending[key] += value
             return False
 
+    def close(self) -> bool:
+        """Flush what is left and leave the process's flusher thread, which would otherwise keep
+        trying to flush into this recorder's Redis after whoever started it has stopped it."""
+        _flusher.discard(self)
+        return self.flush()
+
     # -- reading (for /metrics) ---------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         """Everything every process has flushed. Raises StorageError-free redis errors to the caller."""
@@ -141,6 +147,10 @@ class _Flusher:
             if self.thread is None or not self.thread.is_alive():  # (a fork keeps no threads)
                 self.thread = threading.Thread(target=self.run, name="metrics", daemon=True)
                 self.thread.start()
+
+    def discard(self, recorder: RedisMetrics) -> None:
+        with self.lock:
+            self.recorders.discard(recorder)
 
     def run(self) -> None:
         while True:
