@@ -41,14 +41,17 @@ def test_a_closed_recorder_is_flushed_and_no_longer_flushed_in_the_background(
     """Whoever stops a recorder's Redis closes the recorder first (tests' fixtures do, through
     wiring.services.cache_clear()): the process's flusher thread must not then try that Redis."""
     server = _redis_server(tmp_path_factory, "metrics-redis-closed")
-    client = redis.Redis.from_url(next(server))
-    metrics = RedisMetrics(client)
-    metrics.count("requests_total", route="CutoutView")
-    assert metrics.close() is True
-    assert any(b"requests_total" in field for field in client.hgetall(KEY)), "close() did not flush"
-    metrics.count("requests_total", route="CutoutView")  # counted after close: kept, not sent
-    server.close()  # the server stops
-    with caplog.at_level("DEBUG", logger="ndstore.storage.redis_metrics"):
-        time.sleep(FLUSH_S * 2.5)
-    assert not [r for r in caplog.records if "not flushed" in r.getMessage()]
-    assert metrics._pending, "a closed recorder's later counts were taken by the flusher"
+    try:
+        client = redis.Redis.from_url(next(server))
+        metrics = RedisMetrics(client)
+        metrics.count("requests_total", route="CutoutView")
+        assert metrics.close() is True
+        assert any(b"requests_total" in field for field in client.hgetall(KEY)), "close() did not flush"
+        metrics.count("requests_total", route="CutoutView")  # counted after close: kept, not sent
+        next(server, None)  # the generator's teardown: the server stops
+        with caplog.at_level("DEBUG", logger="ndstore.storage.redis_metrics"):
+            time.sleep(FLUSH_S * 2.5)
+        assert not [r for r in caplog.records if "not flushed" in r.getMessage()]
+        assert metrics._pending, "a closed recorder's later counts were taken by the flusher"
+    finally:
+        next(server, None)  # stopped, if a failure left it running
