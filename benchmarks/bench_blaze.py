@@ -21,6 +21,7 @@ import numpy as np
 import redis
 
 from benchmarks.common import (
+    SMALL,
     Stack,
     concurrent_rate,
     create_dataset,
@@ -30,6 +31,8 @@ from benchmarks.common import (
     loopback_http,
     loopback_rates,
     repeated_posts,
+    small_write_body,
+    small_write_url,
     summary,
     write_results,
 )
@@ -121,15 +124,11 @@ def redis_set_rate(url: str, body: bytes, raw: int, rounds: int, threads: int = 
     return summary(rates)
 
 
-SMALL = (64, 64, 8)  # (x, y, z) of a small annotation write
-
-
 def small_write_rates(stack: Stack, threads: int, rounds: int, per_thread: int) -> dict[str, Any]:
     """Writes/s of 64x64x8 uint8 boxes at random positions of the frame from ``threads`` writers,
     to NDBlaze and through the cache tier (the same positions and bodies for both)."""
     sessions = [stack.session() for _ in range(threads)]
-    body = blosc.compress(np.random.default_rng(5).integers(0, 255, SMALL[::-1], np.uint8), typesize=1,
-                          cname="lz4", clevel=5)
+    body = small_write_body(5)
     buffer = redis.Redis.from_url(stack.blaze_redis_url)
 
     def writes(path: str) -> Callable[[int], int]:
@@ -137,8 +136,7 @@ def small_write_rates(stack: Stack, threads: int, rounds: int, per_thread: int) 
             rng = random.Random(i)
             for _ in range(per_thread):
                 x, y, z = (rng.randrange(FRAME[d] - SMALL[d]) for d in range(3))
-                sessions[i].post(f"{stack.url}/v1/{path}/bench/e/c/0/{x}:{x + SMALL[0]}/{y}:{y + SMALL[1]}/"
-                                 f"{z}:{z + SMALL[2]}/", data=body,
+                sessions[i].post(small_write_url(f"{stack.url}/v1/{path}/bench/e/c/0", x, y, z), data=body,
                                  headers={"Content-Type": "application/blosc"}).raise_for_status()
             return per_thread
         return write

@@ -23,6 +23,7 @@ import requests
 
 from benchmarks.bench_direct import GRID, REGION_BYTES, SC, blosc_rates, loopback_rates
 from benchmarks.common import (
+    SMALL,
     Stack,
     concurrent_rate,
     cpu_seconds,
@@ -37,6 +38,8 @@ from benchmarks.common import (
     plain_wsgi_server,
     read_body,
     repeated_posts,
+    small_write_body,
+    small_write_url,
     summary,
     write_results,
 )
@@ -170,24 +173,20 @@ def hot_latency(stack: Stack, prefix: str, n: int) -> dict[str, float]:
     return latencies(lambda: blosc.decompress(read_body(s, url, {"Accept": "application/blosc"})), n)
 
 
-SMALL = (64, 64, 8)  # x, y, z: an annotation tool's stroke
-
-
 def small_writes(stack: Stack, prefix: str, threads: int, rounds: int, per_thread: int) -> dict[str, Any]:
     """Writes/s of 64x64x8 uint8 boxes at random positions through the cache tier (each thread its
     own sequence of positions inside the dataset), beside bare loopback POSTs of the same body."""
     import random
 
     sessions = [stack.session() for _ in range(threads)]
-    body = blosc.compress(np.random.default_rng(5).integers(0, 255, SMALL[::-1], np.uint8), typesize=1,
-                          cname="lz4", clevel=5)
+    body = small_write_body(5)
     x_max, y_max, z_max = SC[0] * threads - SMALL[0], SC[1] - SMALL[1], SC[2] - SMALL[2]
 
     def write(i: int) -> int:
         rng = random.Random(i)
         for _ in range(per_thread):
             x, y, z = rng.randrange(x_max), rng.randrange(y_max), rng.randrange(z_max)
-            url = f"{stack.url}/v1/cutout/{prefix}/{x}:{x + SMALL[0]}/{y}:{y + SMALL[1]}/{z}:{z + SMALL[2]}/"
+            url = small_write_url(f"{stack.url}/v1/cutout/{prefix}", x, y, z)
             sessions[i].post(url, data=body, headers={"Content-Type": "application/blosc"}).raise_for_status()
         return per_thread
 
@@ -254,14 +253,13 @@ def tiny_requests(stack: Stack, prefix: str, rounds: int, n: int, ceiling: bool 
     import random
 
     s, rng = stack.session(), random.Random(7)
-    body = blosc.compress(np.random.default_rng(6).integers(0, 255, SMALL[::-1], np.uint8), typesize=1,
-                          cname="lz4", clevel=5)
+    body = small_write_body(6)
     x_max, y_max, z_max = SC[0] - SMALL[0], SC[1] - SMALL[1], SC[2] - SMALL[2]
 
     def small_write() -> None:
         x, y, z = rng.randrange(x_max), rng.randrange(y_max), rng.randrange(z_max)
-        s.post(f"{stack.url}/v1/cutout/{prefix}/{x}:{x + SMALL[0]}/{y}:{y + SMALL[1]}/{z}:{z + SMALL[2]}/",
-               data=body, headers={"Content-Type": "application/blosc"}).raise_for_status()
+        s.post(small_write_url(f"{stack.url}/v1/cutout/{prefix}", x, y, z), data=body,
+               headers={"Content-Type": "application/blosc"}).raise_for_status()
 
     def voxel_read() -> None:
         x, y, z = rng.randrange(SC[0]), rng.randrange(SC[1]), rng.randrange(SC[2])

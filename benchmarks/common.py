@@ -235,6 +235,20 @@ class _Blob(BaseHTTPRequestHandler):
         pass
 
 
+SMALL = (64, 64, 8)  # x, y, z: DESIGN §8's small write, an annotation tool's stroke
+
+
+def small_write_body(seed: int) -> bytes:
+    """A SMALL box of random uint8 voxels as a blosc body (lz4 level 5, as the clients send)."""
+    voxels = np.random.default_rng(seed).integers(0, 255, SMALL[::-1], np.uint8)
+    return blosc.compress(voxels, typesize=1, cname="lz4", clevel=5)  # type: ignore[no-any-return]
+
+
+def small_write_url(volume_url: str, x: int, y: int, z: int) -> str:
+    """The cutout URL of the SMALL box at (x, y, z) under ``volume_url`` (.../resolution)."""
+    return f"{volume_url}/{x}:{x + SMALL[0]}/{y}:{y + SMALL[1]}/{z}:{z + SMALL[2]}/"
+
+
 def repeated_posts(sessions: list[requests.Session], url: str, body: bytes, count: int) -> Callable[[int], int]:
     """For concurrent_rate: thread i POSTs ``body`` to ``url`` ``count`` times with its own
     session (a small write's loopback ceiling); each call reports ``count``."""
