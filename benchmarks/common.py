@@ -160,6 +160,48 @@ def own_cpu_seconds() -> float:
     return t.user + t.system
 
 
+class CpuByPart:
+    """CPU seconds used between ``start()`` and ``stop()`` by each part of the machine's work: a
+    process tree per named part (see ``stack_parts``), this process (the client) apart."""
+
+    def __init__(self, parts: dict[str, list[int]]):
+        self.parts = parts
+        self._start: dict[str, float] = {}
+        self.used: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        return {**{name: cpu_seconds(pids) for name, pids in self.parts.items()}, CLIENT: own_cpu_seconds()}
+
+    def start(self) -> None:
+        self._start = self._now()
+
+    def stop(self) -> dict[str, float]:
+        self.used = {name: end - self._start[name] for name, end in self._now().items()}
+        return self.used
+
+
+CLIENT = "client (the benchmark's threads)"
+
+
+def stack_parts(stack: Stack, store_pids: list[int] | None = None) -> dict[str, list[int]]:
+    """The stack's processes by what they do: web workers, front, each Redis, the daemons (and
+    the Spark they start), and an object store running in processes of its own."""
+    blaze_port = stack.blaze_redis_url.rsplit(":", 1)[-1].split("/")[0]
+    parts: dict[str, list[int]] = {}
+    for pid in stack.pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # exited
+        part = ("web workers (gunicorn)" if "gunicorn" in cmd else "front (nginx)" if "nginx" in cmd
+                else ("Redis (NDBlaze)" if cmd.rstrip().endswith(f":{blaze_port}") else "Redis (cache, locks)")
+                if "redis-server" in cmd else "daemons")
+        parts.setdefault(part, []).append(pid)
+    if store_pids:
+        parts["object store (moto)"] = list(store_pids)
+    return parts
+
+
 # --- client side of a cutout ------------------------------------------------------------------
 
 

@@ -2,7 +2,10 @@
 process of the stack (gunicorn's workers, Redis is C and shows as the time the workers wait on
 it) while one workload runs for a fixed time, and the hottest functions by own time and by
 inclusive time are written to results/profile_<workload>.md (+ the collapsed stacks, for a
-flame graph with any speedscope/flamegraph tool).
+flame graph with any speedscope/flamegraph tool). Over the same requests every process's CPU is
+read from /proc: the web workers, the front, each Redis, the daemons, an object store of its own,
+the client and the profiler, per request, beside the cores' whole time per request (the rest
+idle); in the .md and in results/profile_<workload>.json, which summary.py reads.
 
     python -m benchmarks.profile_shortfalls [--seconds 20] [--gil] [--backend file|moto]
         [hot_read cold_read direct_read direct_write cache_write blaze_write small_writes
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import random
 import subprocess
 import sys
@@ -28,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import blosc
-import numpy as np
 import redis
 
 from benchmarks.bench_blaze import BLAZE_SETTINGS, discard_pending
 from benchmarks.bench_direct import SC, open_backend
 from benchmarks.common import (
     RESULTS,
+    SMALL,
+    CpuByPart,
     Stack,
     create_dataset,
     cuboid_cache,
@@ -42,6 +47,9 @@ from benchmarks.common import (
     hardware,
     local_stack,
     read_body,
+    small_write_body,
+    small_write_url,
+    stack_parts,
 )
 from ndstore.core.synthetic import em_like
 
@@ -89,12 +97,13 @@ def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
             discard_pending(blaze)  # pending writes are capped (4 GiB by default); a merge would empty it
         post(i, region(i).replace("/v1/cutout/", "/v1/blaze/cutout/"))
 
-    small = blosc.compress(np.random.default_rng(5).integers(0, 255, (8, 64, 64), np.uint8), typesize=1)
+    small = small_write_body(5)
     rng = random.Random(1)
 
     def small_writes(i: int, path: str = "cutout") -> None:
-        x, y, z = rng.randrange(SC[0] * THREADS - 64), rng.randrange(SC[1] - 64), rng.randrange(SC[2] - 8)
-        sessions[i].post(f"{stack.url}/v1/{path}/{prefix}/{x}:{x + 64}/{y}:{y + 64}/{z}:{z + 8}/", data=small,
+        x, y, z = rng.randrange(SC[0] * THREADS - SMALL[0]), rng.randrange(SC[1] - SMALL[1]), rng.randrange(
+            SC[2] - SMALL[2])
+        sessions[i].post(small_write_url(f"{stack.url}/v1/{path}/{prefix}", x, y, z), data=small,
                          headers={"Content-Type": "application/blosc"}).raise_for_status()
 
     def blaze_small_writes(i: int) -> None:
@@ -115,6 +124,35 @@ def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
     return {"hot_read": hot_read, "cold_read": cold_read, "tile": tile, "direct_read": direct_read,
             "direct_write": direct_write, "cache_write": cache_write, "blaze_write": blaze_write,
             "small_writes": small_writes, "blaze_small_writes": blaze_small_writes, "tiny_read": tiny_read}
+
+
+PROFILER = "profiler (py-spy)"
+# bytes of voxels each workload's request carries (what its figure counts; 0: a latency figure)
+REQUEST_BYTES = {**dict.fromkeys(["hot_read", "cold_read", "direct_read", "direct_write", "cache_write",
+                                  "blaze_write"], SC[0] * SC[1] * SC[2]),
+                 **dict.fromkeys(["small_writes", "blaze_small_writes"], SMALL[0] * SMALL[1] * SMALL[2]),
+                 "tiny_read": 1, "tile": 512 * 512}
+
+
+def per_request_machine(used: dict[str, float], wall_s: float, cores: int, requests: int,
+                        request_bytes: int) -> dict[str, Any]:
+    """What each request cost the machine: CPU ms per request by part, and the cores' time per
+    request (cores x wall / requests), of which the rest was idle."""
+    per = {part: seconds / requests * 1e3 for part, seconds in sorted(used.items(), key=lambda kv: -kv[1])}
+    machine_ms = cores * wall_s / requests * 1e3
+    return {"requests": requests, "seconds": wall_s, "cores": cores, "request_bytes": request_bytes,
+            "cpu_ms_per_request": per, "machine_ms_per_request": machine_ms,
+            "idle_ms_per_request": max(0.0, machine_ms - sum(per.values()))}
+
+
+def machine_table(machine: dict[str, Any]) -> list[str]:
+    per, whole = machine["cpu_ms_per_request"], machine["machine_ms_per_request"]
+    return ["Every process's CPU (from /proc) over the same requests, per request: where the machine's "
+            f"{machine['cores']} cores went (the profiler's own share included, as it ran).", "",
+            "| part | CPU ms per request | share of the cores |", "|---|---|---|",
+            *[f"| {part} | {ms:.2f} | {ms / whole:.0%} |" for part, ms in per.items()],
+            f"| idle | {machine['idle_ms_per_request']:.2f} | {machine['idle_ms_per_request'] / whole:.0%} |",
+            f"| all ({machine['cores']} cores x wall time / requests) | {whole:.2f} | 100% |"]
 
 
 def run_for(fn: Any, seconds: float) -> int:
@@ -174,6 +212,7 @@ def main() -> None:
         for i in range(THREADS):
             work["direct_write"](i)  # ... and in the base tier, none dirty in the cache
         gunicorn = stack.gunicorn_pid
+        parts = stack_parts(stack, backend.store_pids)
         # cold_read evicts without writing back, so it goes first: nothing is dirty yet
         for name in sorted(args.names, key=lambda n: n != "cold_read"):
             collapsed = RESULTS / f"profile_{name}.txt"
@@ -183,10 +222,17 @@ def main() -> None:
                                     *(["--gil"] if args.gil else [])],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1)
+            cpu = CpuByPart({**parts, PROFILER: [spy.pid]})
+            cpu.start()
+            began = time.monotonic()
             done = run_for(work[name], args.seconds - 2)
+            wall = time.monotonic() - began
+            used = cpu.stop()
             spy.wait(60)
             own, inclusive, total = top(collapsed)
             hw = hardware()
+            machine = per_request_machine(used, wall, hw["cores"], done, REQUEST_BYTES[name])
+            (RESULTS / f"profile_{name}.json").write_text(json.dumps(machine, indent=1) + "\n")
             lines = [f"# profile: {name} (base tier: {args.backend})", "",
                      f"{hw['date'][:10]}, {hw['cores']} cores, {hw['cpu']}: "
                      f"{THREADS} client threads for {args.seconds - 2:.0f} s: {done} requests "
@@ -196,7 +242,8 @@ def main() -> None:
                      "| own time | function |", "|---|---|",
                      *[f"| {share:.1%} | `{f}` |" for f, share in own],
                      "", "| inclusive | function |", "|---|---|",
-                     *[f"| {share:.1%} | `{f}` |" for f, share in inclusive]]
+                     *[f"| {share:.1%} | `{f}` |" for f, share in inclusive],
+                     "", *machine_table(machine)]
             (RESULTS / f"profile_{name}.md").write_text("\n".join(lines) + "\n")
             print("\n".join(lines[:20]), flush=True)
 

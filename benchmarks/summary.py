@@ -242,8 +242,10 @@ def why_short(table: list[list[str]], top: int = 5) -> list[str]:
     functions by own time, read from results/profile_<workload>.md."""
     lines = ["## Where the time goes in each figure short of its goal", "",
              "Profiles by `python -m benchmarks.profile_shortfalls` (py-spy over the web workers while the figure's "
-             "requests run); what was done about each and what is left: docs/design/serving.md.", ""]
-    for figure, *_, verdict, _source in table:
+             "requests run, and every process's CPU per request over the same requests, beside the cores' whole "
+             "time per request and, for a rate goal, the time per request that would meet it); what was done "
+             "about each and what is left: docs/design/serving.md.", ""]
+    for figure, goal, *_, verdict, _source in table:
         if not verdict.startswith("short"):
             continue
         workload = next((w for start, w in PROFILES.items() if figure.startswith(start)), None)
@@ -255,9 +257,36 @@ def why_short(table: list[list[str]], top: int = 5) -> list[str]:
         run = next((line for line in text[1:] if line.strip()), "")
         hottest = [line.split("|")[1:3] for line in text if line.startswith("| ") and "%" in line.split("|")[1]][:top]
         what = text[0].removeprefix("# profile: ")
-        lines.append(f"- {figure}: [{path.name}]({path.name}) ({what}; {run}) hottest by own time: "
-                     + ", ".join(f"{f.strip()} {share.strip()}" for share, f in hottest))
+        lines.append(f"- {figure}: [{path.name}]({path.name}) ({what}; {run}) "
+                     + machine_of(path.with_suffix(".json"), figure, goal)
+                     + "Hottest by own time: " + ", ".join(f"{f.strip()} {share.strip()}" for share, f in hottest))
     return lines
+
+
+def goal_machine_ms(figure: str, goal: str, cores: int, request_bytes: int) -> float | None:
+    """The machine's time per request (cores x wall / requests) at a rate goal: what every
+    process together may spend on one request for the figure to meet it. None for goals that are
+    not rates (latencies, ratios to a ceiling or to another figure)."""
+    number = goal.removeprefix("≥ ").strip()
+    if not goal.startswith("≥ ") or not number.replace(".", "", 1).isdigit():
+        return None
+    if "MB/s" in figure and request_bytes:
+        return cores * 1e3 * request_bytes / (float(number) * 1e6)
+    if "writes/s" in figure:
+        return cores * 1e3 / float(number)
+    return None
+
+
+def machine_of(path: Path, figure: str, goal: str) -> str:
+    """Where the machine's cores went per request in the profile's run (profile_<workload>.json)."""
+    if not path.exists():
+        return ""
+    m = json.loads(path.read_text())
+    parts = ", ".join(f"{part} {ms:.1f}" for part, ms in m["cpu_ms_per_request"].items() if ms >= 0.05)
+    at_goal = goal_machine_ms(figure, goal, m["cores"], m["request_bytes"])
+    return (f"CPU ms per request by process: {parts}, idle {m['idle_ms_per_request']:.1f}, of "
+            f"{m['machine_ms_per_request']:.1f} ({m['cores']} cores x wall time per request)"
+            + (f"; at the goal all of them together have {at_goal:.1f}" if at_goal else "") + ". ")
 
 
 def _goal_ceilings(results: dict[str, Record]) -> list[tuple[str, float, float, str]]:

@@ -1,16 +1,20 @@
 """benchmarks/summary.py names the goals that lie beyond a ceiling measured in the same run (no
 code could meet them on that machine), from the benchmarks' own records; and the bare loopback
-server those ceilings come from answers as many writers at once as the benchmarks send."""
+server those ceilings come from answers as many writers at once as the benchmarks send; each
+short figure's profile says where the machine's cores went per request, beside what the goal allows."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import json
 from typing import Any
 
+import pytest
 import requests
 
-from benchmarks.common import loopback_http
-from benchmarks.summary import beyond_ceilings
+from benchmarks.common import CLIENT, loopback_http
+from benchmarks.profile_shortfalls import per_request_machine
+from benchmarks.summary import beyond_ceilings, goal_machine_ms, machine_of
 
 
 def rate(median: float) -> dict[str, float]:
@@ -75,3 +79,26 @@ def test_the_bare_loopback_server_answers_32_writers_connecting_at_once() -> Non
         for _ in range(3):  # with socketserver's backlog of 5 about one burst in three had a reset
             with concurrent.futures.ThreadPoolExecutor(32) as pool:
                 assert list(pool.map(post, range(32))) == [201] * 32
+
+
+def test_a_profiles_machine_time_per_request_is_split_by_process_and_set_against_the_goal(tmp_path: Any) -> None:
+    """A 16 MiB read profiled for 10 s at 20 reads/s on 2 cores: each read had 100 ms of the
+    machine, of which the parts used 85; at 650 MB/s it would have 51.6 (2 x 16.78 MB / 650 MB/s)."""
+    machine = per_request_machine({"web workers (gunicorn)": 1.2, "Redis (cache, locks)": 0.3, CLIENT: 0.2},
+                                  wall_s=10.0, cores=2, requests=200, request_bytes=16 * 2**20)
+    assert list(machine["cpu_ms_per_request"]) == ["web workers (gunicorn)", "Redis (cache, locks)", CLIENT]
+    assert machine["cpu_ms_per_request"]["web workers (gunicorn)"] == pytest.approx(6.0)
+    assert machine["machine_ms_per_request"] == pytest.approx(100.0)
+    assert machine["idle_ms_per_request"] == pytest.approx(91.5)
+    path = tmp_path / "profile_hot_read.json"
+    path.write_text(json.dumps(machine))
+    line = machine_of(path, "hot-cache read, 2 client threads, MB/s", "≥ 650")
+    assert "web workers (gunicorn) 6.0, Redis (cache, locks) 1.5, client" in line
+    assert "idle 91.5, of 100.0 (2 cores" in line
+    assert "at the goal all of them together have 51.6" in line
+    assert goal_machine_ms("small random 64×64×8 writes through the cache tier, writes/s", "≥ 400", 2, 32768) == 5.0
+    for figure, goal in (("512×512 xy PNG tile, hot cache, p50", "≤ 10 ms"),
+                         ("direct read from the base tier (moto S3), MB/s", "≥ 0.8 of store GET"),
+                         ("NDBlaze burst write acceptance (AOF), MB/s", "≥ 5x cache write")):
+        assert goal_machine_ms(figure, goal, 2, 16 * 2**20) is None, figure
+        assert "at the goal" not in machine_of(path, figure, goal)
