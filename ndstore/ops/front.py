@@ -74,6 +74,7 @@ events {{
 
 http {{
     access_log off;                      # the service logs one line per request itself
+    sendfile on;                         # a buffered body goes from its temp file to gunicorn in the kernel
 {temp}
     client_header_timeout {settings.header_timeout_s}s;
     client_body_timeout {settings.body_timeout_s}s;
