@@ -70,6 +70,11 @@ blosc.set_releasegil(True)
 # this 2-core host 16 MiB compress+decompress pairs, 4 threads at once: 59.7/s with 1 blosc thread,
 # 59.9/s with 2; one at a time 46.7/s and 51.5/s (docs/design/serving.md, section 26).
 blosc.set_nthreads(1)
+# An answer is compressed once per read and thrown away, unlike a stored cuboid (level 5, chunks.py):
+# level 1 takes half the CPU of level 5 on EM voxels (16 MiB: 5.6 against 10.4 ms) for the same
+# size (0.887 against 0.885 of raw); labels and smooth voxels, which compress to 1-4% at either
+# level, come out up to 1.5x larger, still a few percent of raw (docs/design/serving.md, section 30).
+ANSWER_CLEVEL = 1
 
 
 def _blosc_decompress_into(body: bytes, out: Array) -> None:
@@ -112,7 +117,8 @@ class BloscFormat:
 
     def encode(self, array: Array) -> bytes:
         data = np.ascontiguousarray(array)
-        return blosc.compress(data, typesize=data.dtype.itemsize, cname="lz4", clevel=5)  # type: ignore[no-any-return]
+        return blosc.compress(data, typesize=data.dtype.itemsize, cname="lz4",  # type: ignore[no-any-return]
+                              clevel=ANSWER_CLEVEL)
 
     def decode(self, body: bytes, shape: tuple[int, ...], dtype: np.dtype) -> Array:
         expected = _expected_nbytes(shape, dtype)
