@@ -152,6 +152,11 @@ class Services:
     # each part the service needs, by name, and a call that fails unless it answers (/healthz)
     probes: Mapping[str, Callable[[], object]]
 
+    def close(self) -> None:
+        """Stop what runs in the background for these services and talks to their servers: the
+        metrics are flushed and no longer flushed by the process's flusher thread."""
+        self.metrics.close()
+
     def tier(self, path: str, access_mode: str) -> Tier:
         """The engine behind a cutout path ("cache", "direct" or "blaze") and access mode:
         `cache` reads through the cache (on the blaze path: base data plus pending NDBlaze
@@ -269,11 +274,11 @@ class _BuiltOnce:
 
     def cache_clear(self) -> None:
         """Forget the services: the next call builds them again (tests, after changing the
-        environment). Their metrics are flushed and no longer flushed in the background."""
+        environment). The services forgotten are closed (Services.close)."""
         with self._lock:
             built, self._built = self._built, None
         if built is not None:
-            built.metrics.close()
+            built.close()
 
 
 # The process-wide services, built on first use from this process's environment (the edge: web

@@ -39,11 +39,15 @@ def test_threads_arriving_while_the_build_ends_build_nothing(monkeypatch: pytest
     """The window between the build's end and its result being kept: with lru_cache around a lock,
     a thread that took the lock there built a second set of services (seen under pytest-xdist,
     whose I/O thread wants the GIL now and then; here two threads that always want it)."""
-    builds: list[object] = []
+    class Built:  # what wiring.services needs of a Services: cache_clear() closes it
+        def close(self) -> None:
+            pass
 
-    def build(config: object) -> object:
+    builds: list[Built] = []
+
+    def build(config: object) -> Built:
         time.sleep(0.002)
-        builds.append(object())
+        builds.append(Built())
         return builds[-1]
 
     monkeypatch.setattr(wiring, "build", build)
