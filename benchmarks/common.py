@@ -160,6 +160,9 @@ def own_cpu_seconds() -> float:
     return t.user + t.system
 
 
+CLIENT = "client (the benchmark's threads)"
+
+
 class CpuByPart:
     """CPU seconds used between ``start()`` and ``stop()`` by each part of the machine's work: a
     process tree per named part (see ``stack_parts``), this process (the client) apart."""
@@ -167,7 +170,6 @@ class CpuByPart:
     def __init__(self, parts: dict[str, list[int]]):
         self.parts = parts
         self._start: dict[str, float] = {}
-        self.used: dict[str, float] = {}
 
     def _now(self) -> dict[str, float]:
         return {**{name: cpu_seconds(pids) for name, pids in self.parts.items()}, CLIENT: own_cpu_seconds()}
@@ -176,11 +178,7 @@ class CpuByPart:
         self._start = self._now()
 
     def stop(self) -> dict[str, float]:
-        self.used = {name: end - self._start[name] for name, end in self._now().items()}
-        return self.used
-
-
-CLIENT = "client (the benchmark's threads)"
+        return {name: end - self._start[name] for name, end in self._now().items()}
 
 
 def stack_parts(stack: Stack, store_pids: list[int] | None = None) -> dict[str, list[int]]:

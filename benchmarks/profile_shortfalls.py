@@ -101,8 +101,7 @@ def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
     rng = random.Random(1)
 
     def small_writes(i: int, path: str = "cutout") -> None:
-        x, y, z = rng.randrange(SC[0] * THREADS - SMALL[0]), rng.randrange(SC[1] - SMALL[1]), rng.randrange(
-            SC[2] - SMALL[2])
+        x, y, z = (rng.randrange(span - small) for span, small in zip((SC[0] * THREADS, SC[1], SC[2]), SMALL))
         sessions[i].post(small_write_url(f"{stack.url}/v1/{path}/{prefix}", x, y, z), data=small,
                          headers={"Content-Type": "application/blosc"}).raise_for_status()
 
@@ -127,7 +126,7 @@ def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
 
 
 PROFILER = "profiler (py-spy)"
-# bytes of voxels each workload's request carries (what its figure counts; 0: a latency figure)
+# bytes of voxels each workload's request carries (what a rate goal in MB/s counts)
 REQUEST_BYTES = {**dict.fromkeys(["hot_read", "cold_read", "direct_read", "direct_write", "cache_write",
                                   "blaze_write"], SC[0] * SC[1] * SC[2]),
                  **dict.fromkeys(["small_writes", "blaze_small_writes"], SMALL[0] * SMALL[1] * SMALL[2]),
