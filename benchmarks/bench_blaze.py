@@ -109,7 +109,7 @@ def redis_set_rate(url: str, body: bytes, raw: int, rounds: int, threads: int = 
     deployed), each its own keys."""
     from ndstore.storage import redis_client
 
-    client = redis_client.connect(url, socket_timeout=300)
+    client = redis_client.connect(url, timeout_s=300)
     reps = max(1, min(400, (256 * MiB) // raw) // threads)
 
     def sets(t: int) -> int:

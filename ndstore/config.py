@@ -63,9 +63,16 @@ class Config:
     dynamodb_table: str = _env("NDSTORE_DYNAMODB_TABLE", "ndstore-supercuboid-index")
     dynamodb_endpoint_url: str | None = _env("NDSTORE_DYNAMODB_ENDPOINT_URL", None)
     aws_region: str = _env("AWS_DEFAULT_REGION", "us-east-1")
-    # connect and read timeout of each base-tier S3/DynamoDB attempt (unset: botocore's 60 s)
-    aws_timeout_s: float | None = _env("NDSTORE_AWS_TIMEOUT_S", None, _optional(float))
+    # connect and read timeout of each base-tier S3/DynamoDB attempt (empty: botocore's 60 s)
+    aws_timeout_s: float | None = _env("NDSTORE_AWS_TIMEOUT_S", 10.0, _optional(float))
     locks: str = _env("NDSTORE_LOCKS", "redis")
+    # every Redis call (connect, send, each read) gives up after this; a server that made one wait
+    # that long is marked stalled and later calls to it fail at once (ndstore/core/stalls.py)
+    redis_timeout_s: float = _env("NDSTORE_REDIS_TIMEOUT_S", 3.0, float)
+    # every query to a PostgreSQL metadata database, and every connect to it (ndstore/api/postgres)
+    db_timeout_s: float = _env("NDSTORE_DB_TIMEOUT_S", 3.0, float)
+    # the same for an NDBlaze write of more than 16 MiB, whose answer waits for its AOF fsync
+    redis_bulk_timeout_s: float = _env("NDSTORE_REDIS_BULK_TIMEOUT_S", 60.0, float)
     redis_url: str = _env("NDSTORE_REDIS_URL", "redis://127.0.0.1:6390/0")
     cache_redis_url: str | None = _env("NDSTORE_CACHE_REDIS_URL", None)  # None: redis_url
     flush_age_s: float = _env("NDSTORE_FLUSH_AGE_S", 5.0, float)

@@ -79,7 +79,8 @@ INDEXES: dict[str, Callable[[Config], SupercuboidIndex]] = {
 }
 LOCKS: dict[str, Callable[[Config, Observer], RWLocks]] = {
     "local": lambda c, o: LocalLocks(),
-    "redis": lambda c, o: RedisRWLocks(redis_client.connect(c.redis_url), lease_ms=c.lock_lease_ms, observer=o),
+    "redis": lambda c, o: RedisRWLocks(redis_client.connect(c.redis_url, c.redis_timeout_s), lease_ms=c.lock_lease_ms,
+                                       observer=o),
 }
 
 
@@ -200,7 +201,7 @@ class Services:
     @functools.cached_property
     def rate_limiter(self) -> RedisRateLimiter:
         """Request counters on the locks' Redis, which every web node already shares."""
-        return RedisRateLimiter(redis_client.connect(self.config.redis_url))
+        return RedisRateLimiter(redis_client.connect(self.config.redis_url, self.config.redis_timeout_s))
 
     def purge_channel(self, channel: ChannelVolume) -> int:
         """Delete every voxel of a channel: its pending NDBlaze writes first (so no merge can
@@ -220,7 +221,7 @@ class Services:
 
 
 def build(config: Config) -> Services:
-    metrics = RedisMetrics(redis_client.connect(config.redis_url))
+    metrics = RedisMetrics(redis_client.connect(config.redis_url, config.redis_timeout_s))
     objects = _pick(OBJECT_STORES, "object store", config.object_store)(config)
     index = GuardedIndex(_pick(INDEXES, "index", config.index)(config), objects)
     locks = _pick(LOCKS, "lock", config.locks)(config, metrics)
@@ -230,16 +231,18 @@ def build(config: Config) -> Services:
     cache_url = config.cache_redis_url or config.redis_url
     # small reads and writes skip the locks when the locks' keys live in the cache's Redis (CacheTier)
     shared = isinstance(locks, RedisRWLocks) and cache_url == config.redis_url
-    cache = CacheTier(RedisCuboidCache(redis_client.connect(cache_url)), base, locks, config.io_parallelism,
-                      observer=metrics, lock_keys=lock_keys if shared else None)
+    cache_redis = redis_client.connect(cache_url, config.redis_timeout_s)
+    cache = CacheTier(RedisCuboidCache(cache_redis), base, locks, config.io_parallelism, observer=metrics,
+                      lock_keys=lock_keys if shared else None)
     direct = CoherentDirect(cache)
-    # NDBlaze bodies reach 1 GiB: a write may take longer than redis-py's default 5 s timeout.
-    blaze_redis = redis_client.connect(config.blaze_redis_url, socket_timeout=300)
-    buffer = RedisBlazeBuffer(blaze_redis, config.blaze_max_pending_bytes)
+    blaze_redis = redis_client.connect(config.blaze_redis_url, config.redis_timeout_s)
+    # NDBlaze bodies reach 1 GiB: the answer to a large append waits for Redis to fsync it
+    buffer = RedisBlazeBuffer(blaze_redis, config.blaze_max_pending_bytes,
+                              redis_client.connect(config.blaze_redis_url, config.redis_bulk_timeout_s))
     blaze_ledger = buffer_ledger(buffer, cache, metrics)
-    probe_timeout = 2.0
+    probe_timeout = min(2.0, config.redis_timeout_s)
     probes: dict[str, Callable[[], object]] = {
-        "cache_redis": redis_client.connect(config.cache_redis_url or config.redis_url, probe_timeout).ping,
+        "cache_redis": redis_client.connect(cache_url, probe_timeout).ping,
         "lock_redis": redis_client.connect(config.redis_url, probe_timeout).ping,
         "blaze_redis": redis_client.connect(config.blaze_redis_url, probe_timeout).ping,
         "object_store": objects.ensure_ready, "index": index.ensure_ready,
@@ -309,7 +312,8 @@ def build_in_background() -> threading.Thread:
 def metadata_generation() -> RedisGeneration:
     """The metadata generation on the locks' Redis; built alone, without the storage services, as
     management commands that change metadata need nothing else."""
-    return RedisGeneration(redis_client.connect(Config.from_env().redis_url))
+    config = Config.from_env()
+    return RedisGeneration(redis_client.connect(config.redis_url, config.redis_timeout_s))
 
 
 _SERVICES: dict[Config, Services] = {}

@@ -39,6 +39,7 @@ from ndstore.storage.interfaces import BufferStats, Held, PendingBlob
 
 T = TypeVar("T")
 
+BULK_BYTES = 16 << 20  # appends larger than this go over the client with the longer timeout
 PART_BYTES = 64 << 20  # Redis caps one value at 512 MB; big bodies are stored in parts
 SEQ_DIGITS = 16
 
@@ -120,8 +121,11 @@ def _storage_errors(fn: Callable[..., T]) -> Callable[..., T]:
 
 
 class RedisBlazeBuffer:
-    def __init__(self, client: redis.Redis, max_pending_bytes: int):
+    def __init__(self, client: redis.Redis, max_pending_bytes: int, bulk: redis.Redis | None = None):
+        """``bulk``: the client for appends of more than BULK_BYTES, whose answer waits for Redis to
+        store (and fsync) the whole body: a longer timeout than ``client``'s (the default: client)."""
         self.client = client
+        self._bulk = bulk or client
         self.max_pending_bytes = max_pending_bytes
         self._release = client.register_script(_RELEASE)
         self._held = client.register_script(_HELD)
@@ -134,7 +138,7 @@ class RedisBlazeBuffer:
         tmp = f"blz:new:{secrets.token_hex(8)}"
         view = memoryview(body)
         parts = [view[i:i + PART_BYTES] for i in range(0, len(body), PART_BYTES)] or [view]
-        pipe = self.client.pipeline(transaction=True)
+        pipe = (self._bulk if len(body) > BULK_BYTES else self.client).pipeline(transaction=True)
         pipe.hset(tmp, mapping={"h": header, "n": len(parts), "x": xxhash.xxh3_64_digest(body)})
         pipe.pexpire(tmp, 3_600_000)  # an orphan of a failed transaction does not stay for ever
         for i, part in enumerate(parts):
