@@ -1,5 +1,11 @@
 """What every AWS adapter shares: the boto3 client (retries, timeouts, DynamoDB's answer
-checksums) and the call wrapper that turns any botocore failure into a StorageError."""
+checksums, the endpoint's Breaker) and the call wrapper that turns any botocore failure into a
+StorageError.
+
+Each client's calls share one Breaker per service and endpoint (ndstore/core/stalls.py): when
+STALL_TIMEOUTS attempts in a row run into their timeout (S3 is many servers: one slow request is
+not a stall), the endpoint is marked stalled, and attempts fail at once (a StorageError: 503)
+instead of each waiting out its timeout and retries; one attempt at a time probes it again."""
 
 from __future__ import annotations
 
@@ -11,13 +17,15 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ChecksumError, ClientError
+from botocore.exceptions import BotoCoreError, ChecksumError, ClientError, ConnectTimeoutError, ReadTimeoutError
 from botocore.retryhandler import CRC32Checker
 
 from ndstore.core.errors import StorageError
+from ndstore.core.stalls import Breaker, breaker
 
 MISSING = {"NoSuchKey", "404", "NotFound"}
 _ATTEMPTS = 5
+STALL_TIMEOUTS = 3
 _DYNAMODB_CRC32 = CRC32Checker(header="x-amz-crc32")  # botocore's own check, left to its legacy retry mode
 
 
@@ -71,7 +79,25 @@ def aws_client(service: str, endpoint_url: str | None, region: str, pool: int, t
     client = new_client(service, credentials, endpoint_url=endpoint_url, region_name=region, config=config)
     if service == "dynamodb":
         client.meta.events.register("needs-retry.dynamodb", _retry_when_the_crc32_does_not_match)
+    _watch_for_stalls(client, service, timeout_s or 60.0)
     return client
+
+
+def _watch_for_stalls(client: Any, service: str, timeout_s: float) -> None:
+    """Attempts of ``client`` refused at once while its endpoint is stalled; timeouts counted."""
+    where = client.meta.endpoint_url
+    stall = breaker(f"aws:{service}:{where}", f"{service} at {where}", STALL_TIMEOUTS)
+    events, name = client.meta.events, client.meta.service_model.service_id.hyphenize()
+    events.register(f"before-send.{name}", lambda **_: stall.admit(timeout_s + 1))
+    events.register(f"needs-retry.{name}", lambda **kw: _note_outcome(stall, **kw))
+
+
+def _note_outcome(stall: Breaker, response: Any = None, caught_exception: Exception | None = None,
+                  **_: Any) -> None:
+    if isinstance(caught_exception, (ReadTimeoutError, ConnectTimeoutError)):
+        stall.failed(f"no answer within its timeout: {caught_exception}")
+    elif response is not None:
+        stall.answered()
 
 
 def _retry_when_the_crc32_does_not_match(response: Any = None, attempts: int = 1, **_: Any) -> float | None:
