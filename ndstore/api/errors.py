@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
@@ -74,7 +76,20 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return response
 
 
+def unavailable(exc: BaseException | None) -> tuple[str, float] | None:
+    """(message, retry after) when ``exc`` is a dependency failing or not answering (a 503), else None."""
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return f"the metadata database is not answering: {exc}", 1.0
+    if isinstance(exc, errors.StorageError):
+        return str(exc), float(getattr(exc, "retry_after_s", 1))
+    return None
+
+
 def _handle(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        message, retry = unavailable(exc) or ("", 1.0)
+        log.warning("storage failure: %s", message)
+        return Response({"status": 503, "message": message}, status=503, headers={"Retry-After": f"{retry:g}"})
     if isinstance(exc, errors.NDStoreError):
         code = status_of(exc)
         if isinstance(exc, (errors.DataCorrupt, errors.DataLost)):
@@ -103,8 +118,16 @@ def _handle(exc: Exception, context: dict[str, Any]) -> Response | None:
 def server_error(request: HttpRequest) -> JsonResponse:
     """What a failure nothing above expected answers (Django's handler500): JSON like every other
     error, so a client parsing {"status", "message"} gets one, and naming nothing of the failure
-    itself (its traceback goes to the service's log through Django's `django.request` logger)."""
+    itself (its traceback goes to the service's log through Django's `django.request` logger).
+    A dependency that failed or did not answer outside a view (the metadata database in the
+    token check, a Redis in a middleware) is a 503 naming it, with Retry-After, as in a view."""
     del request
+    failure = unavailable(sys.exc_info()[1])
+    if failure is not None:
+        _count("unavailable", 503)
+        response = JsonResponse({"status": 503, "message": failure[0]}, status=503)
+        response["Retry-After"] = f"{failure[1]:g}"
+        return response
     _count("unexpected", 500)
     return JsonResponse({"status": 500, "message": "internal server error: the service could not answer this "
                                                    "request; its log has the details"}, status=500)

@@ -71,6 +71,8 @@ DATABASES = {
         default=f"sqlite:///{CONFIG.data_dir / 'meta.sqlite3'}", conn_max_age=60
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["ENGINE"] = "ndstore.api.postgres"  # each call bounded by NDSTORE_DB_TIMEOUT_S
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 STATIC_URL = "/static/"

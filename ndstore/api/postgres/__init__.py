@@ -1,0 +1,1 @@
+"""The metadata database on PostgreSQL, every call bounded in time (base.py)."""
