@@ -5,6 +5,9 @@
   part that does not. Answered before host validation and authentication (a load balancer
   probes with its own Host and no token), so it reveals only which part is down (why goes to the
   log), and its answer is reused for HEALTH_TTL_S: a flood of probes costs the stores nothing.
+  The parts are probed at once, each in a thread of its own, and the answer waits at most
+  PROBE_DEADLINE_S for them: a part that has not answered by then (a stalled server) is named
+  failing, and it is not probed again while its probe is still out.
 - One log line per request at INFO on `ndstore.requests`: method, route, status, bytes in and
   out, milliseconds, user id; and the same figures into the shared counters of /metrics. What a
   client chose (the path, the method) is escaped in the line and never becomes a metric label.
@@ -16,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from django.db import connection
@@ -27,6 +31,9 @@ log = logging.getLogger("ndstore.requests")
 health_log = logging.getLogger("ndstore.health")
 HEALTH_PATH = "/healthz"
 HEALTH_TTL_S = 1.0
+PROBE_DEADLINE_S = 0.8
+_probing: dict[str, Future[None]] = {}  # a part's probe still out (a stalled part's, past the deadline)
+_probes = ThreadPoolExecutor(max_workers=16, thread_name_prefix="ndstore-health")
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _last_health: tuple[float, int, dict[str, Any]] = (float("-inf"), 0, {})
 _health_lock = threading.Lock()
@@ -46,28 +53,38 @@ def health() -> tuple[int, dict[str, Any]]:
 
 
 def probe_parts() -> tuple[int, dict[str, Any]]:
+    calls: dict[str, Callable[[], object]] = {"database": lambda: connection.cursor().execute("SELECT 1")}
     parts: dict[str, str] = {}
-
-    def probe(name: str, call: Callable[[], object]) -> None:
-        try:
-            call()
-            parts[name] = "ok"
-        except Exception as exc:  # noqa: BLE001 - whatever the part says, it is the answer
-            parts[name] = "failing"
-            health_log.warning("health: %s does not answer: %s: %s", name, type(exc).__name__, exc)
-
-    probe("database", lambda: connection.cursor().execute("SELECT 1"))
     try:
-        for name, call in services().probes.items():
-            probe(name, call)
+        calls.update(services().probes)
     except Exception as exc:  # noqa: BLE001 - the services could not even be built
         parts["services"] = "failing"
         health_log.warning("health: the services could not be built: %s: %s", type(exc).__name__, exc)
+    for name, call in calls.items():
+        if name not in _probing or _probing[name].done():
+            _probing[name] = _probes.submit(_probe, name, call)
+    wait([_probing[name] for name in calls], timeout=PROBE_DEADLINE_S)
+    for name in calls:
+        future = _probing[name]
+        parts[name] = "ok" if future.done() and future.exception() is None else "failing"
+        if not future.done():
+            health_log.warning("health: %s has not answered within %.1f s", name, PROBE_DEADLINE_S)
     failing = sorted(name for name, state in parts.items() if state != "ok")
     body = {"status": "ok" if not failing else "failing", "parts": parts}
     if failing:
         body["message"] = f"not answering: {', '.join(failing)}"
     return (503 if failing else 200), body
+
+
+def _probe(name: str, call: Callable[[], object]) -> None:
+    try:
+        call()
+    except Exception as exc:
+        health_log.warning("health: %s does not answer: %s: %s", name, type(exc).__name__, exc)
+        raise
+    finally:
+        if name == "database":
+            connection.close()  # the probe's thread keeps no connection of its own open
 
 
 def route_of(request: HttpRequest) -> str:
