@@ -91,7 +91,9 @@ def route_of(request: HttpRequest) -> str:
     """The view that served the request (a few dozen names: a metrics label, never a path)."""
     match = getattr(request, "resolver_match", None)
     view = getattr(getattr(match, "func", None), "view_class", None) if match else None
-    return view.__name__ if view is not None else ("healthz" if request.path == HEALTH_PATH else "unrouted")
+    if view is not None:
+        return str(view.__name__)
+    return {HEALTH_PATH: "healthz", "/_ndstore/admit": "admission"}.get(request.path, "unrouted")
 
 
 class Operations:

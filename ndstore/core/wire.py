@@ -38,6 +38,13 @@ class WireFormat(Protocol):
         The NDBlaze write path stores bodies as they arrived and acknowledges only those."""
 
 
+def encoded_bound(nbytes: int) -> int:
+    """The most bytes a body of an array of ``nbytes`` takes in any of these formats: blosc
+    stores an incompressible buffer as it is plus a 16-32 byte header, a pickled array adds its
+    framing (at most 4 KiB here), gzip 5 bytes per stored 64 KiB block plus its header."""
+    return nbytes + nbytes // 1024 + 65536
+
+
 def _expected_nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
     return math.prod(shape) * dtype.itemsize
 

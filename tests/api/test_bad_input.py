@@ -112,13 +112,16 @@ def test_bad_bodies(admin: Any, dataset: Dataset, stored: np.ndarray, media: str
 
 
 def test_decompression_bomb_is_refused_before_inflating(admin: Any, dataset: Dataset, stored: np.ndarray) -> None:
-    bomb = blosc.compress(bytes(512 << 20), typesize=1)  # 512 MiB of zeros in a few KiB
-    assert len(bomb) < 4 << 20
+    bomb = blosc.compress(bytes(8 << 20), typesize=1)  # 8 MiB of zeros in a few KiB
+    assert len(bomb) < 64 << 10  # within what a body of this box may take: its size is checked first
     r = _post(admin, dataset.cutout("img8", 0, *BOX), bomb, "application/blosc")
     assert r.status_code == 400 and "needs 4800" in r.json()["message"]
-    gz = zlib.compress(bytes(256 << 20))
+    gz = zlib.compress(bytes(16 << 20))
     r = _post(admin, dataset.cutout("img8", 0, *BOX), gz, "application/npygz")
     assert r.status_code == 400 and "inflates past" in r.json()["message"]
+    big_bomb = blosc.compress(bytes(512 << 20), typesize=1)  # 2 MiB: more than any body of the box
+    r = _post(admin, dataset.cutout("img8", 0, *BOX), big_bomb, "application/blosc")
+    assert r.status_code == 413 and "exceeds" in r.json()["message"]
     assert_unchanged(admin, dataset, stored)
 
 

@@ -31,6 +31,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "ndstore.api.latest.LatestIsV1",  # /latest/... is /v1/... for everything below
     "ndstore.api.operations.Operations",  # /healthz (before host checks) and the per-request log line
+    "ndstore.api.admission.Admission",  # the front's auth_request: may this body be read? (before host checks)
     "ndstore.api.data_routes.DataRoutes",  # cutouts without the rest of this list's control-plane parts, nor DRF
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # the admin's and the docs page's static files

@@ -75,13 +75,22 @@ class CutoutView(JSONErrors, APIView):
     has_time: bool
 
     def max_body_bytes(self) -> int:
-        return services().config.max_body_bytes
+        """The largest body of this box in any media type (its raw bytes, plus what framing and an
+        incompressible body's compression can add), within NDSTORE_MAX_BODY_BYTES."""
+        return min(services().config.max_body_bytes, wire.encoded_bound(self.cutout.nbytes))
+
+    def body_limit(self, request: Any, kw: dict[str, Any]) -> int:
+        """What the front may read of a write's body (ndstore/api/admission.py): the caller's
+        write grant on the channel and the box are checked first, as the write checks them."""
+        self._target(request, auth.WRITE, kw)
+        return self.max_body_bytes()
 
     def body_spec(self) -> tuple[tuple[int, ...], np.dtype]:
         shape = self.cutout.shape if self.has_time else self.cutout.shape[1:]
         return shape, self.cutout.channel.dtype
 
-    def _resolve(self, request: Any, level: int, kw: dict[str, Any]) -> Any:
+    def _target(self, request: Any, level: int, kw: dict[str, Any]) -> Any:
+        """The channel, with the caller's access to it checked, and the cutout of the URL."""
         coll, exp, chan = lookups.channel_path(kw["collection"], kw["experiment"], kw["channel"])
         auth.require(request.user, level, coll, exp, chan)
         box = Box.from_ranges(kw["x"], kw["y"], kw["z"])
@@ -91,6 +100,10 @@ class CutoutView(JSONErrors, APIView):
         self.cutout = make_cutout(
             lookups.channel_volume(chan), kw["resolution"], box, times, services().config.max_cutout_bytes
         )
+        return chan
+
+    def _resolve(self, request: Any, level: int, kw: dict[str, Any]) -> Any:
+        chan = self._target(request, level, kw)
         holds = budget.reads(request) or self.writes_supercuboids
         budget.reserve(request, self.cutout.nbytes, self.cutout if holds else None)
         return chan

@@ -342,6 +342,23 @@ class LocalTileUpload(APIView):
     def max_body_bytes(self) -> int:
         return services().config.max_body_bytes
 
+    def body_limit(self, request: Any, kw: dict[str, Any]) -> int:
+        """What the front may read of the body (ndstore/api/admission.py): the leave is checked first."""
+        self._leave(request, kw["key"])
+        return self.max_body_bytes()
+
+    @staticmethod
+    def _leave(request: Any, key: str) -> tuple[Any, dict[str, str]]:
+        """The tile store and the upload's metadata headers, once the leave to upload is checked."""
+        store = services().ingest_stores.uploads
+        if store is None:
+            raise NotFound("this service's tile store takes uploads at its own URLs (presigned S3 PUTs), not here")
+        meta = {name.removeprefix("HTTP_X_AMZ_META_").lower().replace("_", "-"): value
+                for name, value in request.META.items() if name.startswith("HTTP_X_AMZ_META_")}
+        query = request.GET
+        store.check_leave(key, query.get("expires", ""), query.get("signature", ""), meta)
+        return store, meta
+
     @extend_schema(
         summary="Upload a tile (local tile store)",
         description="The URL and headers come from POST /v1/ingest/{job_id}/uploads/; the body is the tile file as "
@@ -360,13 +377,7 @@ class LocalTileUpload(APIView):
                 404: "this service's tile store takes uploads at its own URLs (presigned S3 PUTs), not here",
                 413: "the body is over NDSTORE_MAX_BODY_BYTES"})})
     def put(self, request: Any, key: str) -> Response:
-        store = services().ingest_stores.uploads
-        if store is None:
-            raise NotFound("this service's tile store takes uploads at its own URLs (presigned S3 PUTs), not here")
-        meta = {name.removeprefix("HTTP_X_AMZ_META_").lower().replace("_", "-"): value
-                for name, value in request.META.items() if name.startswith("HTTP_X_AMZ_META_")}
-        query = request.query_params
-        store.check_leave(key, query.get("expires", ""), query.get("signature", ""), meta)
+        store, meta = self._leave(request, key)
         body = read_capped_body(request._request, self, request._request)
         store.put(key, body, meta)
         return Response(status=200)
