@@ -23,9 +23,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     NDSTORE_NEUROGLANCER_DIR=/app/neuroglancer
 
 # A JRE for Spark: the merger's driver (pyspark runs its JVM), the master, workers and executors;
-# nginx, the web node's front (`ndstore serve`: slow clients cost it a socket, not a worker).
+# nginx, the web node's front (`ndstore serve`: slow clients cost it a socket, not a worker), with
+# its stream module (it counts connections per address where the node faces clients directly).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless nginx-light \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless nginx-light libnginx-mod-stream \
     && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --create-home --uid 10001 ndstore \

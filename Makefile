@@ -52,14 +52,18 @@ lint: venv
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
-# redis-server, a JRE (for pyspark) and nginx (the web service's front) come from apt when the
-# machine lacks them. A policy-rc.d keeps apt from starting nginx as a service (it would listen on
+# redis-server, a JRE (for pyspark) and nginx with its stream module (the web service's front;
+# the stream module counts connections per address) come from apt when the machine lacks them.
+# A policy-rc.d keeps apt from starting nginx as a service (it would listen on
 # 0.0.0.0:80); one already there is left alone.
 system-deps:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
-	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="$$missing nginx-light"; \
+	if command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; then \
+		{ $$(command -v nginx || echo /usr/sbin/nginx) -V 2>&1 | grep -q -- '--with-stream=dynamic' && [ ! -e /usr/lib/nginx/modules/ngx_stream_module.so ]; } \
+			&& missing="$$missing libnginx-mod-stream"; \
+	else missing="$$missing nginx-light libnginx-mod-stream"; fi; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		guard=""; [ -e /usr/sbin/policy-rc.d ] || { guard=1; printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null; $(SUDO) chmod +x /usr/sbin/policy-rc.d; }; \

@@ -16,6 +16,12 @@ graceful_timeout = 30
 accesslog = os.environ.get("NDSTORE_ACCESS_LOG") or None  # the service logs one line per request itself
 loglevel = os.environ.get("NDSTORE_LIBRARY_LOG_LEVEL", "warning").lower()
 wsgi_app = "ndstore.api.wsgi:application"
+# The front (nginx) bounds request lines and headers (16 KiB a line, 64 KiB in all) and answers
+# past them in JSON; gunicorn's own, smaller limits would answer what the front let through with
+# an HTML page.
+limit_request_line = 0
+limit_request_field_size = 0
+limit_request_fields = 32768
 
 # glibc reads MALLOC_* tuning only at process start, so it cannot be set here: `ndstore up`,
 # the Dockerfile and compose put MALLOC_MMAP_THRESHOLD_/TRIM_THRESHOLD_/TOP_PAD_ in the

@@ -10,7 +10,10 @@ and streams, this one buffers. See docs/design/serving.md.
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import resource
 import shutil
 import socket
 import subprocess
@@ -23,6 +26,23 @@ from ndstore.ops.processes import on_stop_signal, run_until_stopped, stop_in_rev
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_UNIX_PATH = 100  # sun_path holds 108 bytes
+ADMIT_PATH = "/_ndstore/admit"  # = ndstore.api.admission.ADMIT_PATH (the front runs no Django)
+WEB_NOT_ANSWERING = {"status": "failing", "parts": {"web": "failing"},
+                     "message": "not answering: web (the web workers did not answer /healthz within 2 s)"}
+ERROR_PREFIX = "/_ndstore/error/"
+FD_RESERVE = 256  # descriptors nginx keeps for its logs and temp files, beyond its connections
+# nginx's own errors, answered as JSON like every error of the service (code: what it means here)
+ERRORS = {
+    400: "bad request: the front could not parse it (a malformed request line or header)",
+    408: "the request did not arrive in time (NDSTORE_FRONT_HEADER_TIMEOUT_S / _BODY_TIMEOUT_S)",
+    413: "request body too large (NDSTORE_MAX_BODY_BYTES)",
+    414: "request line too long (at most 16 KiB)",
+    494: "request header too large (at most 16 KiB a line, 64 KiB in all)",
+    500: "internal error in the front",
+    502: "the web workers are not answering",
+    503: "too many requests in progress from this client (NDSTORE_FRONT_CONNECTIONS_PER_CLIENT); retry shortly",
+    504: "the web workers did not answer in time (NDSTORE_WEB_TIMEOUT)",
+}
 
 
 def _env_int(env: dict[str, str], name: str, default: int) -> int:
@@ -37,7 +57,10 @@ class FrontSettings:
     header_timeout_s: int = 10  # the request line and headers must arrive within this
     body_timeout_s: int = 30  # longest pause between two reads of a request body
     send_timeout_s: int = 60  # longest pause of a client reading its response
+    keepalive_s: int = 15  # an idle kept-alive connection is closed after this
     conns_per_client: int = 128  # requests in progress per client address (503 beyond)
+    bodies_per_client: int = 16  # request bodies of ADMISSION_BYTES or more being received per client
+    conns_per_address: int = 256  # TCP connections per address, counted when accepted (0: no limit)
     max_body_bytes: int = 1 << 30  # = NDSTORE_MAX_BODY_BYTES
     upstream_timeout_s: int = 300  # = NDSTORE_WEB_TIMEOUT
     trusted_proxies: int = 0  # proxies in front of this one (NDSTORE_NUM_PROXIES)
@@ -48,30 +71,114 @@ class FrontSettings:
         return cls(header_timeout_s=_env_int(env, "NDSTORE_FRONT_HEADER_TIMEOUT_S", 10),
                    body_timeout_s=_env_int(env, "NDSTORE_FRONT_BODY_TIMEOUT_S", 30),
                    send_timeout_s=_env_int(env, "NDSTORE_FRONT_SEND_TIMEOUT_S", 60),
+                   keepalive_s=_env_int(env, "NDSTORE_FRONT_KEEPALIVE_S", 15),
                    conns_per_client=_env_int(env, "NDSTORE_FRONT_CONNECTIONS_PER_CLIENT", 128),
+                   bodies_per_client=_env_int(env, "NDSTORE_FRONT_BODIES_PER_CLIENT", 16),
+                   conns_per_address=_env_int(env, "NDSTORE_FRONT_CONNECTIONS_PER_ADDRESS", 256),
                    max_body_bytes=_env_int(env, "NDSTORE_MAX_BODY_BYTES", 1 << 30),
                    upstream_timeout_s=_env_int(env, "NDSTORE_WEB_TIMEOUT", 300),
                    trusted_proxies=_env_int(env, "NDSTORE_NUM_PROXIES", 0))
 
+    @property
+    def gates_addresses(self) -> bool:
+        """Whether the front counts connections per address as it accepts them: only where its
+        TCP peers are the clients themselves (behind proxies the peer is a proxy)."""
+        return self.conns_per_address > 0 and self.trusted_proxies == 0
 
-def nginx_config(listen: str, upstream: str, state_dir: Path, settings: FrontSettings) -> str:
+
+def descriptor_budget() -> tuple[int, int]:
+    """(the descriptors nginx's worker may open, its worker_connections): as many as this process
+    may raise its own limit to, less FD_RESERVE."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    nofile = min(hard if hard != resource.RLIM_INFINITY else 1 << 20, 1 << 20)
+    return nofile, max(512, nofile - FD_RESERVE)
+
+
+def stream_module(nginx: str) -> str | None:
+    """The `load_module` line the stream module needs: none when nginx has it built in. Raises
+    when it has neither (Debian: apt-get install libnginx-mod-stream)."""
+    built = subprocess.run([nginx, "-V"], capture_output=True, text=True).stderr
+    if re.search(r"--with-stream(\s|$)", built):
+        return None
+    modules = re.search(r"--modules-path=(\S+)", built)
+    path = Path(modules.group(1) if modules else "/usr/lib/nginx/modules") / "ngx_stream_module.so"
+    if "--with-stream=dynamic" in built and path.exists():
+        return f"load_module {path};"
+    raise RuntimeError("nginx has no stream module, which the front needs to count connections per address as it "
+                       "accepts them (apt-get install libnginx-mod-stream, or `make run`, which installs it; or set "
+                       "NDSTORE_FRONT_CONNECTIONS_PER_ADDRESS=0)")
+
+
+def client_key(settings: FrontSettings) -> tuple[str, str]:
+    """The nginx variable that names a client for the per-client limits, and the map that makes
+    it: behind trusted proxies the X-Forwarded-For hop they vouch for (as the service's rate
+    limits and audit log read it: the n-th from the right, or the leftmost of fewer), else the
+    peer (the client's own address, after the PROXY protocol of the address gate)."""
+    if settings.trusted_proxies == 0:
+        return "$binary_remote_addr", ""
+    later = r"\s*,\s*[^,\s]+" * (settings.trusted_proxies - 1)
+    return "$ndstore_client", rf"""map $http_x_forwarded_for $ndstore_client {{
+        "~(?<hop>[^,\s]+){later}\s*$" $hop;
+        "~^\s*(?<first>[^,\s]+)" $first;
+        default $remote_addr;
+    }}"""
+
+
+def _error_pages(extra: str = "") -> str:
+    """nginx's own errors to the JSON pages below (a URI, not a named location: a request whose
+    line could not be parsed cannot be redirected to a named one)."""
+    pages = " ".join(f"error_page {code} {ERROR_PREFIX}{code};" for code in ERRORS)
+    return f"{pages} {extra}".strip()
+
+
+def _error_locations() -> str:
+    blocks = []
+    for code, message in ERRORS.items():
+        status = 400 if code == 494 else code
+        body = json.dumps({"status": status, "message": message}).replace("'", "\\'")
+        blocks.append(f"        location = {ERROR_PREFIX}{code} {{ internal; default_type application/json; "
+                      f"return {status} '{body}'; }}")
+    return "\n".join(blocks)
+
+
+def _refusals() -> str:
+    """The admission's refusals, with the status it chose (auth_request passes on 401 and 403 only)."""
+    lines = [f"            if ($ndstore_status = {code}) {{ return {code} $ndstore_refusal; }}"
+             for code in (400, 404, 411, 413, 429, 503)]
+    return "\n".join(lines)
+
+
+def nginx_config(listen: str, upstream: str, state_dir: Path, settings: FrontSettings,
+                 stream_load: str | None = None, inner: Path | None = None) -> str:
     """nginx.conf of a front listening on `listen` (host:port) before gunicorn at `upstream`
-    (`unix:/path` or host:port), keeping its pid, temp files and error log in `state_dir`."""
+    (`unix:/path` or host:port), keeping its pid, temp files and error log in `state_dir`.
+    ``stream_load``: the `load_module` line of the stream module, where it is not built in;
+    ``inner``: where the http server listens behind the address gate (state_dir/front.sock)."""
     user = "user root root;" if os.geteuid() == 0 else ""  # workers as the user who started it
     proto = "$scheme" if settings.trusted_proxies == 0 else "$http_x_forwarded_proto"
     temp = "\n".join(f"    {kind}_temp_path {state_dir / kind};"
                      for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    nofile, connections = descriptor_budget()
+    inner = inner or state_dir / "front.sock"
+    gate = _address_gate(listen, inner, settings) if settings.gates_addresses else ""
+    http_listen = (f"listen unix:{inner} proxy_protocol;\n        set_real_ip_from unix:;\n"
+                   f"        real_ip_header proxy_protocol;" if settings.gates_addresses
+                   else f"listen {listen} backlog=4096;")
+    proxy = _proxy_settings(proto, settings)
+    key, key_map = client_key(settings)
     return f"""# Written by ndstore.ops.front at each start; edits are lost.
+{stream_load or "" if settings.gates_addresses else ""}
 daemon off;
 {user}
 worker_processes 1;
+worker_rlimit_nofile {nofile};
 pid {state_dir / 'nginx.pid'};
 error_log {state_dir / 'error.log'} warn;
 
 events {{
-    worker_connections 4096;
+    worker_connections {connections};     # the descriptors it may open, less what it keeps for files
 }}
-
+{gate}
 http {{
     access_log off;                      # the service logs one line per request itself
     sendfile on;                         # a buffered body goes from its temp file to gunicorn in the kernel
@@ -79,14 +186,19 @@ http {{
     client_header_timeout {settings.header_timeout_s}s;
     client_body_timeout {settings.body_timeout_s}s;
     send_timeout {settings.send_timeout_s}s;
-    keepalive_timeout 30s;
+    keepalive_timeout {settings.keepalive_s}s;
     reset_timedout_connection on;
     client_max_body_size {settings.max_body_bytes};
     client_body_buffer_size 1m;          # bodies beyond it wait in a temp file, not in a worker
     large_client_header_buffers 4 16k;
-    limit_conn_zone $binary_remote_addr zone=per_client:4m;
-    limit_conn per_client {settings.conns_per_client};
+    {key_map}
+    limit_conn_zone {key} zone=per_client:4m;
+    limit_conn_zone {key} zone=bodies_per_client:4m;
     limit_conn_status 503;
+    map $http_content_length $ndstore_small_body {{ "" 1; "~^[0-9]{{1,5}}$" 1; default 0; }}
+    map $http_transfer_encoding $ndstore_chunked {{ "" 0; default 1; }}
+    # a body of 100,000 bytes or more, or of unknown length, is read only once admitted
+    map "$ndstore_small_body$ndstore_chunked" $ndstore_admission {{ "10" 0; default 1; }}
 
     upstream gunicorn {{
         server {upstream};
@@ -94,10 +206,106 @@ http {{
     }}
 
     server {{
-        listen {listen} backlog=4096;
+        {http_listen}
+        limit_conn per_client {settings.conns_per_client};
+        {_error_pages()}
+
         location / {{
+            if ($ndstore_admission) {{ rewrite ^ /_ndstore/admitted-body last; }}
+            proxy_pass http://gunicorn;
+{proxy}
+        }}
+
+        # Bodies that must be admitted first: nginx asks the service (ndstore/api/admission.py)
+        # with the request's headers only, before it reads a byte of the body.
+        location = /_ndstore/admitted-body {{
+            internal;
+            auth_request {ADMIT_PATH};
+            auth_request_set $ndstore_status $upstream_http_x_ndstore_status;
+            auth_request_set $ndstore_refusal $upstream_http_x_ndstore_refusal;
+            {_error_pages("error_page 401 = @refused_401; error_page 403 = @refused;")}
+            limit_conn per_client {settings.conns_per_client};   # a location's limits replace the server's
+            limit_conn bodies_per_client {settings.bodies_per_client};
+            proxy_pass http://gunicorn$request_uri;
+{proxy}
+        }}
+
+        location = {ADMIT_PATH} {{
+            internal;
+            proxy_pass http://gunicorn;
+            proxy_pass_request_body off;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Content-Length "";
+            proxy_set_header Transfer-Encoding "";
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto {proto};
+            proxy_set_header X-Ndstore-Method $request_method;
+            proxy_set_header X-Ndstore-Uri $request_uri;
+            proxy_set_header X-Ndstore-Length $http_content_length;
+            proxy_set_header X-Ndstore-Chunked $ndstore_chunked;
+            proxy_connect_timeout 10s;
+            proxy_read_timeout 30s;
+        }}
+
+        location @refused {{
+            default_type application/json;
+{_refusals()}
+            return 403 $ndstore_refusal;
+        }}
+
+        location @refused_401 {{
+            default_type application/json;
+            add_header WWW-Authenticate Token always;
+            return 401 $ndstore_refusal;
+        }}
+
+        # A load balancer's probe is answered within ~2 s even when every web thread is busy.
+        location = /healthz {{
             proxy_pass http://gunicorn;
             proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_connect_timeout 1s;
+            proxy_read_timeout 2s;
+            error_page 502 504 = @web_not_answering;
+        }}
+
+        location @web_not_answering {{
+            default_type application/json;
+            return 503 '{json.dumps(WEB_NOT_ANSWERING)}';
+        }}
+
+{_error_locations()}
+    }}
+}}
+"""
+
+
+def _address_gate(listen: str, inner: Path, settings: FrontSettings) -> str:
+    """The stream server that accepts the clients' TCP connections, at most conns_per_address per
+    address (closed at once beyond), and hands each to the http server with its address (PROXY
+    protocol). Its idle timeout outlasts every timeout of the http server behind it."""
+    idle = max(settings.upstream_timeout_s, settings.send_timeout_s, settings.body_timeout_s) + 30
+    return f"""
+stream {{
+    limit_conn_zone $binary_remote_addr zone=per_address:4m;
+    server {{
+        listen {listen} backlog=4096;
+        limit_conn per_address {settings.conns_per_address};
+        proxy_pass unix:{inner};
+        proxy_protocol on;
+        proxy_buffer_size 256k;
+        proxy_timeout {idle}s;
+    }}
+}}
+"""
+
+
+def _proxy_settings(proto: str, settings: FrontSettings) -> str:
+    return f"""            proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_set_header Host $http_host;
             proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
@@ -109,11 +317,7 @@ http {{
             proxy_max_temp_file_size 1024m;     # = NDSTORE_MAX_CUTOUT_BYTES; beyond it gunicorn waits
             proxy_connect_timeout 10s;
             proxy_read_timeout {settings.upstream_timeout_s}s;
-            proxy_send_timeout {settings.upstream_timeout_s}s;
-        }}
-    }}
-}}
-"""
+            proxy_send_timeout {settings.upstream_timeout_s}s;"""
 
 
 def nginx_executable() -> str:
@@ -125,12 +329,14 @@ def nginx_executable() -> str:
     return exe
 
 
-def upstream_socket(state_dir: Path) -> Path:
-    """Where gunicorn listens: in the state dir, or a fresh private dir when that path is too long
-    for a Unix socket."""
-    path = state_dir / "web.sock"
+def upstream_socket(state_dir: Path, name: str = "web.sock") -> Path:
+    """Where gunicorn (web.sock) or the front's http server behind its address gate (front.sock)
+    listens: in the state dir, or a fresh private dir when that path is too long for a Unix
+    socket. A socket file left by a process that was killed is removed (binding would fail)."""
+    path = state_dir / name
     if len(str(path)) > MAX_UNIX_PATH:
-        path = Path(tempfile.mkdtemp(prefix="ndstore-web-")) / "web.sock"
+        path = Path(tempfile.mkdtemp(prefix="ndstore-front-")) / name
+    path.unlink(missing_ok=True)
     return path
 
 
@@ -144,7 +350,7 @@ class Front:
         self.nginx = nginx_executable()  # refuse at once, before anything is started
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.socket = upstream_socket(state_dir)
-        self.socket.unlink(missing_ok=True)
+        self.inner = upstream_socket(state_dir, "front.sock")
 
     def gunicorn_environment(self, env: dict[str, str]) -> dict[str, str]:
         """gunicorn's settings: one more trusted X-Forwarded-For hop (this front's)."""
@@ -160,7 +366,9 @@ class Front:
 
     def start_nginx(self) -> subprocess.Popen[bytes]:
         conf = self.state_dir / "nginx.conf"
-        conf.write_text(nginx_config(self.listen, f"unix:{self.socket}", self.state_dir, self.settings))
+        load = stream_module(self.nginx) if self.settings.gates_addresses else None
+        conf.write_text(nginx_config(self.listen, f"unix:{self.socket}", self.state_dir, self.settings, load,
+                                     self.inner))
         exe = self.nginx
         # -e: its own error log from the first line on (not the packaged /var/log/nginx)
         args = ["-c", str(conf), "-p", str(self.state_dir), "-e", str(self.state_dir / "error.log")]

@@ -33,6 +33,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
                         "NDSTORE_FRONT_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
                         "NDSTORE_FRONT_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
                         "NDSTORE_FRONT_CONNECTIONS_PER_CLIENT": str(CONNECTIONS_PER_CLIENT),
+                        # the bodies' own limit (test_front_admission.py) is not what these tests try
+                        "NDSTORE_FRONT_BODIES_PER_CLIENT": str(4 * CONNECTIONS_PER_CLIENT),
                         "NDSTORE_ANON_READ_RATE": "0", "NDSTORE_DEMO": "0"})) as local:
         yield local
 
@@ -99,14 +101,16 @@ def test_stalled_connections_do_not_block_a_normal_request(stack: LocalStack, to
             s.close()
 
 
-def test_the_front_drops_a_client_that_stalls(stack: LocalStack, public_channel: str) -> None:
+def test_the_front_drops_a_client_that_stalls(stack: LocalStack, token: str, public_channel: str) -> None:
     """A request line, headers or body that stop arriving are cut off after the front's timeout;
-    a stalled body never reaches the service, so nothing is written."""
+    a stalled body (of a caller allowed to send it: an anonymous one is refused unread) never
+    reaches the service, so nothing is written."""
     path = public_channel.split(str(stack.port), 1)[1]
     line = _connect(stack)
     line.sendall(b"GET /v1/collection/ HT")
     body = _connect(stack)
     body.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+                 f"Authorization: Token {token}\r\n"
                  f"Content-Length: {512 * 512 * 64}\r\n\r\n".encode() + b"\1" * 1000)
     started = time.monotonic()
     for s in (line, body):
@@ -131,6 +135,7 @@ def test_one_client_cannot_hold_unbounded_requests(stack: LocalStack, token: str
         for _ in range(CONNECTIONS_PER_CLIENT + 12):
             s = _connect(stack)
             s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+                      f"Authorization: Token {token}\r\n"
                       f"Content-Length: {512 * 512 * 64}\r\n\r\n".encode())
             held.append(s)
         time.sleep(0.3)
