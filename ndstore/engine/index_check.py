@@ -43,6 +43,13 @@ def stored_supercuboids(objects: ObjectStore) -> Iterator[SupercuboidKey]:
             continue
 
 
+def stored_with_prefix(objects: ObjectStore, prefix: str) -> Iterator[SupercuboidKey]:
+    """The stored supercuboids whose names start with ``prefix`` (a channel's `name_prefix`). The
+    hash that leads every object key scatters a channel over the whole key space, so this lists
+    the whole store, as `reindex` does: a bulk operation's cost."""
+    return (key for key in stored_supercuboids(objects) if key.name.startswith(prefix))
+
+
 @dataclass(frozen=True)
 class IndexCheck:
     sampled: int
@@ -113,3 +120,7 @@ class GuardedIndex:
     def mortons(self, volume: VolumeKey) -> list[int]:
         self.require_fresh()
         return self.index.mortons(volume)
+
+    def volumes(self, prefix: str) -> list[VolumeKey]:
+        self.require_fresh()
+        return self.index.volumes(prefix)

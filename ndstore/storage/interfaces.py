@@ -49,6 +49,11 @@ class SupercuboidIndex(Protocol):
     def mortons(self, volume: VolumeKey) -> list[int]:
         """Morton codes of the stored supercuboids of one volume, ascending."""
 
+    def volumes(self, prefix: str) -> list[VolumeKey]:
+        """Every volume with an entry whose partition starts with ``prefix`` (a channel's
+        `name_prefix`: its levels and time samples, whether its experiment declares them now or
+        not), in order. Bulk operations only: on DynamoDB it scans the table."""
+
 
 # -- locks and the cache tier -----------------------------------------------------------------
 

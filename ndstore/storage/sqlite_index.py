@@ -48,3 +48,13 @@ class SqliteSupercuboidIndex:
             "SELECT morton FROM supercuboids WHERE volume = ? ORDER BY morton", (volume.partition,)
         )
         return [row[0] for row in cur]
+
+    def volumes(self, prefix: str) -> list[VolumeKey]:
+        # a range of the primary key, not LIKE: it walks only the prefix's rows
+        if not prefix:
+            rows = self._conn().execute("SELECT DISTINCT volume FROM supercuboids ORDER BY volume")
+        else:
+            above = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+            rows = self._conn().execute("SELECT DISTINCT volume FROM supercuboids WHERE volume >= ? AND volume < ? "
+                                        "ORDER BY volume", (prefix, above))
+        return sorted(VolumeKey.parse_partition(row[0]) for row in rows)
