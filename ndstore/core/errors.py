@@ -98,6 +98,7 @@ class RedisUnverified(StorageError):
 
 
 class IndexStale(NDStoreError):
-    """The supercuboid index misses objects the object store holds (it was lost or restored from
-    an older copy): what lists stored supercuboids (bounding boxes, downsampling, deleting a
-    channel) would answer wrong, so it is refused (503) until `ndstore reindex` rebuilds it."""
+    """The supercuboid index misses objects the object store holds (it was lost, restored from an
+    older copy, or found damaged and set aside): what lists stored supercuboids (bounding boxes,
+    downsampling, deleting a channel) would answer wrong, so it is refused (503) until
+    `ndstore reindex` rebuilds it."""

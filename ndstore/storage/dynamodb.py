@@ -40,8 +40,10 @@ class DynamoSupercuboidIndex:
         self.table = table
         self._db = aws_client("dynamodb", endpoint_url, region, 16, timeout_s, credentials)
 
-    def ensure_ready(self) -> None:
+    def ensure_ready(self, thorough: bool = False) -> str | None:
+        """Create the table if it is missing (DynamoDB keeps it sound: nothing to set aside)."""
         ensure_table(self._db, self.table, [("volume", "HASH", "S"), ("morton", "RANGE", "N")])
+        return None
 
     @staticmethod
     def _item(key: SupercuboidKey) -> dict[str, Any]:
