@@ -65,6 +65,15 @@ class Busy(NDStoreError):
     retry_after_s = 1
 
 
+class ReadBudgetSpent(NDStoreError):
+    """The caller's data GETs have read as many bytes as their budget allows for now (429 with
+    Retry-After). Nothing was read."""
+
+    def __init__(self, message: str, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class DataCorrupt(NDStoreError):
     """Stored data cannot be read back as it was written (500): the service refuses to answer
     rather than answer wrong, and nothing is dropped; an operator must look."""

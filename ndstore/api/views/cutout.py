@@ -92,7 +92,7 @@ class CutoutView(JSONErrors, APIView):
             lookups.channel_volume(chan), kw["resolution"], box, times, services().config.max_cutout_bytes
         )
         holds = budget.reads(request) or self.writes_supercuboids
-        budget.reserve(request, self.cutout.nbytes, self.cutout if holds else None)
+        budget.reserve(request, self.cutout.nbytes, self.cutout if holds else None, reading=self.cutout.nbytes)
         return chan
 
     @read_schema("Through the cache tier.",
