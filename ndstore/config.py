@@ -120,6 +120,13 @@ class Config:
     downsample_function: str = _env("NDSTORE_DOWNSAMPLE_FUNCTION", "")
     ingest_workers: int = _env("NDSTORE_INGEST_WORKERS", 2, int)
     anon_read_rate: str = _env("NDSTORE_ANON_READ_RATE", "3000/min")
+    # what one caller's data GETs may read, counted in the bytes each one reads to make its whole
+    # answer (a Range of it costs the same): a rate per second and a burst, anonymous callers per
+    # client address, authenticated ones per user (ndstore/api/throttling.py); a rate of 0: no limit
+    anon_read_bytes_per_s: int = _env("NDSTORE_ANON_READ_BYTES_PER_S", 128 * MiB, int)
+    anon_read_bytes_burst: int = _env("NDSTORE_ANON_READ_BYTES_BURST", GiB, int)
+    read_bytes_per_s: int = _env("NDSTORE_READ_BYTES_PER_S", 4 * GiB, int)
+    read_bytes_burst: int = _env("NDSTORE_READ_BYTES_BURST", 64 * GiB, int)
     fsync: bool = _env("NDSTORE_FSYNC", True, _flag)
     # signs what the ingest and downsample handlers trust (ndstore.core.signing); Django's key too
     secret_key: str = _env("NDSTORE_SECRET_KEY", "", secret=True)
@@ -139,6 +146,10 @@ class Config:
         if self.s3_multipart_threshold and not self.s3_part_bytes:
             raise ValueError("NDSTORE_S3_MULTIPART_THRESHOLD needs NDSTORE_S3_PART_BYTES (the size of its parts), "
                              "not 0")
+        for who in ("anon_read_bytes", "read_bytes"):
+            if getattr(self, f"{who}_per_s") < 0 or getattr(self, f"{who}_burst") <= 0:
+                raise ValueError(f"NDSTORE_{who.upper()}_PER_S must be 0 (no limit) or more, and "
+                                 f"NDSTORE_{who.upper()}_BURST more than 0")
         if self.s3_multipart_threshold < 0:
             raise ValueError(f"NDSTORE_S3_MULTIPART_THRESHOLD must be 0 (never) or a size in bytes, "
                              f"not {self.s3_multipart_threshold}")
@@ -166,6 +177,12 @@ class Config:
     def anon_read_limit(self) -> tuple[int, int] | None:
         """NDSTORE_ANON_READ_RATE as (requests, seconds); None: no limit."""
         return parse_rate(self.anon_read_rate)
+
+    def read_budget(self, anonymous: bool) -> tuple[int, int] | None:
+        """(bytes per second, burst) a caller's data GETs may read; None: no limit."""
+        per_s, burst = ((self.anon_read_bytes_per_s, self.anon_read_bytes_burst) if anonymous
+                        else (self.read_bytes_per_s, self.read_bytes_burst))
+        return (per_s, burst) if per_s else None
 
     @property
     def objects_dir(self) -> Path:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.signals import request_finished, request_started
 
+from ndstore.api import throttling
 from ndstore.core.errors import Busy, PayloadTooLarge
 from ndstore.core.geometry import CUBOID_BYTES, CUBOIDS_PER_SUPERCUBOID
 from ndstore.wiring import services
@@ -110,17 +111,20 @@ def reads(request: Any) -> bool:
     return request.method in ("GET", "HEAD")
 
 
-def reserve(request: Any, array_bytes: int, cutout: Cutout | None) -> None:
+def reserve(request: Any, array_bytes: int, cutout: Cutout | None, *, reading: int) -> None:
     """Reserve what this request will hold for an array of `array_bytes` over `cutout`'s
     supercuboids (by its method: a read or a write), until its response is closed; raises Busy
-    (503) or PayloadTooLarge (413)."""
+    (503) or PayloadTooLarge (413). A GET or HEAD is then charged `reading`, the bytes it reads to
+    make its whole answer, to its caller's read budget (throttling.spend_read; 429 when spent)."""
     anonymous = not getattr(request, "user", None) or not request.user.is_authenticated
     needed = cost(reads(request), array_bytes, cutout, services().config.read_window_bytes)
     worker_budget().take(needed, anonymous)
     held = getattr(_requests, "held", None)
     if held is None:
         held = _requests.held = []
-    held.append((needed, anonymous))
+    held.append((needed, anonymous))  # given back when the request ends, whatever happens next
+    if reads(request):
+        throttling.spend_read(request, reading, anonymous)
 
 
 def release(**_: Any) -> None:

@@ -31,6 +31,7 @@ STATUS = {
     errors.DataLost: 503,
     errors.IndexStale: 503,
     errors.Busy: 503,
+    errors.ReadBudgetSpent: 429,
     BadSignature: 403,
 }
 
@@ -100,7 +101,7 @@ def _handle(exc: Exception, context: dict[str, Any]) -> Response | None:
         if isinstance(exc, errors.DataLost):
             body["lost"] = exc.names[:100]
         response = Response(body, status=code)
-        if isinstance(exc, (errors.StorageError, errors.Busy)):
+        if isinstance(exc, (errors.StorageError, errors.Busy, errors.ReadBudgetSpent)):
             response["Retry-After"] = str(getattr(exc, "retry_after_s", 1))
         return response
     if isinstance(exc, Http404):

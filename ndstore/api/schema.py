@@ -61,8 +61,9 @@ MEANINGS = {
     409: "conflicts with the resource's current state",
     413: "the body is over its limit (JSON bodies: 1 MiB)",
     415: "the Content-Type is not one this route reads (JSON bodies: exactly application/json)",
-    429: "too many anonymous reads from this address (NDSTORE_ANON_READ_RATE); retry after Retry-After or "
-         "send a token",
+    429: "too many anonymous reads from this address (NDSTORE_ANON_READ_RATE), or the caller's data GETs read as "
+         "many bytes as its read budget allows for now (NDSTORE_ANON_READ_BYTES_*, NDSTORE_READ_BYTES_*); retry "
+         "after Retry-After, or send a token",
     500: "stored data cannot be read back as it was written; an operator must look",
     503: "storage (a store, a lock, the audit log) is unavailable or not to be trusted now: nothing was changed; "
          "retry after Retry-After",

@@ -65,6 +65,15 @@ class Busy(NDStoreError):
     retry_after_s = 1
 
 
+class ReadBudgetSpent(NDStoreError):
+    """The caller's data GETs have read as many bytes as their budget allows for now (429 with
+    Retry-After). Nothing was read."""
+
+    def __init__(self, message: str, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class DataCorrupt(NDStoreError):
     """Stored data cannot be read back as it was written (500): the service refuses to answer
     rather than answer wrong, and nothing is dropped; an operator must look."""
@@ -98,6 +107,7 @@ class RedisUnverified(StorageError):
 
 
 class IndexStale(NDStoreError):
-    """The supercuboid index misses objects the object store holds (it was lost or restored from
-    an older copy): what lists stored supercuboids (bounding boxes, downsampling, deleting a
-    channel) would answer wrong, so it is refused (503) until `ndstore reindex` rebuilds it."""
+    """The supercuboid index misses objects the object store holds (it was lost, restored from an
+    older copy, or found damaged and set aside): what lists stored supercuboids (bounding boxes,
+    downsampling, deleting a channel) would answer wrong, so it is refused (503) until
+    `ndstore reindex` rebuilds it."""

@@ -17,6 +17,7 @@ on delete the object goes first. A crash in between leaves a harmless extra inde
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,11 +32,13 @@ from ndstore.core.geometry import Box, Grid
 from ndstore.core.keys import SupercuboidKey
 from ndstore.core.parallel import run_all
 from ndstore.core.plan import PlannedPart
+from ndstore.engine.index_check import stored_with_prefix
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.storage.interfaces import ExclusiveLocks, ObjectStore, SupercuboidIndex
 
 Array = npt.NDArray[Any]
 READ_WINDOW_BYTES = 64 << 20
+PURGE_BATCH = 1000  # supercuboids deleted (and locked) at once by a purge
 
 
 class BaseTier:
@@ -129,15 +132,24 @@ class BaseTier:
         return out
 
     def purge(self, channel: ChannelVolume) -> int:
-        """Delete every stored supercuboid of a channel, found through the index. Returns the count."""
-        count = 0
-        for resolution in range(channel.num_levels):
-            for t in range(channel.num_time_samples):
-                volume = channel.volume_key(resolution, t)
-                keys = [volume.supercuboid(m) for m in self.index.mortons(volume)]
-                if keys:
-                    with self.locks.hold([k.name for k in keys]):
-                        self.objects.delete_many([k.object_key for k in keys])
-                        self.index.delete_many(keys)
-                count += len(keys)
+        """Delete every stored supercuboid of a channel, at every level and time sample it ever
+        stored, whatever its experiment declares now (a lowered num_time_samples or
+        num_hierarchy_levels hides data, never deletes it): first those the index lists under the
+        channel's name prefix, then any the object store's listing still holds (an object whose
+        index entry was lost). Returns the count."""
+        prefix, count = channel.name_prefix, 0
+        for volume in self.index.volumes(prefix):
+            mortons = self.index.mortons(volume)
+            for i in range(0, len(mortons), PURGE_BATCH):
+                count += self._delete([volume.supercuboid(m) for m in mortons[i : i + PURGE_BATCH]])
+        left = stored_with_prefix(self.objects, prefix)
+        while batch := list(itertools.islice(left, PURGE_BATCH)):
+            count += self._delete(batch)
         return count
+
+    def _delete(self, keys: list[SupercuboidKey]) -> int:
+        """Delete stored supercuboids under their write locks, each object before its index entry."""
+        with self.locks.hold([k.name for k in keys]):
+            self.objects.delete_many([k.object_key for k in keys])
+            self.index.delete_many(keys)
+        return len(keys)

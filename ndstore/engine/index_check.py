@@ -10,16 +10,21 @@ build empty levels), deleting a channel (it would leave private data behind). So
 - `check` (at every start, `ndstore_prepare`): a sample of the store's keys looked up in the
   index; one missing and the index is marked stale (an object `_ndstore-index-stale` next to the
   supercuboids, so every process and every restart sees it).
+- `GuardedIndex.ensure_ready` (every process's start, /healthz): an index whose own storage is
+  damaged (a SQLite file overwritten or truncated) is moved aside by its adapter, kept, and an
+  empty one begun; it is marked stale, and the process says so in one log line.
 - `GuardedIndex`: the index the service uses; listing a volume's supercuboids while the mark is
   there raises IndexStale (503 naming the fix).
-- `reindex` (`ndstore reindex`): an entry for every stored supercuboid, then the mark removed.
-  Entries without an object are left: harmless (a missing object reads as zeros), as designed.
+- `reindex` (`ndstore reindex`): the index checked in full (a damaged one set aside), an entry for
+  every stored supercuboid, then the mark removed. Entries without an object are left: harmless
+  (a missing object reads as zeros), as designed.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -32,6 +37,9 @@ from ndstore.storage.interfaces import ObjectStore, SupercuboidIndex
 STALE_KEY = "_ndstore-index-stale"
 SAMPLE = 256
 BATCH = 1000
+REFUSED = ("bounding boxes, downsampling and channel deletes answer 503 (IndexStale) until an operator runs "
+           "`ndstore reindex`")
+log = logging.getLogger(__name__)
 
 
 def stored_supercuboids(objects: ObjectStore) -> Iterator[SupercuboidKey]:
@@ -41,6 +49,13 @@ def stored_supercuboids(objects: ObjectStore) -> Iterator[SupercuboidKey]:
             yield SupercuboidKey.parse(object_key)
         except ValueError:
             continue
+
+
+def stored_with_prefix(objects: ObjectStore, prefix: str) -> Iterator[SupercuboidKey]:
+    """The stored supercuboids whose names start with ``prefix`` (a channel's `name_prefix`). The
+    hash that leads every object key scatters a channel over the whole key space, so this lists
+    the whole store, as `reindex` does: a bulk operation's cost."""
+    return (key for key in stored_supercuboids(objects) if key.name.startswith(prefix))
 
 
 @dataclass(frozen=True)
@@ -64,10 +79,14 @@ def check(objects: ObjectStore, index: SupercuboidIndex, sample: int = SAMPLE) -
         indexed = set(index.mortons(volume))
         missing.extend(k for k in stored if k.morton not in indexed)
     if missing:
-        mark = {"at": time.time(), "sampled": len(keys), "missing": len(missing),
-                "examples": [k.object_key for k in missing[:5]]}
-        objects.put_many({STALE_KEY: json.dumps(mark).encode()})
+        mark_stale(objects, f"{len(missing)} of {len(keys)} sampled stored supercuboids have no index entry (the "
+                            "index was lost or is older than the objects)",
+                   sampled=len(keys), missing=len(missing), examples=[k.object_key for k in missing[:5]])
     return IndexCheck(len(keys), missing)
+
+
+def mark_stale(objects: ObjectStore, why: str, **details: object) -> None:
+    objects.put_many({STALE_KEY: json.dumps({"at": time.time(), "why": why, **details}).encode()})
 
 
 def stale_mark(objects: ObjectStore) -> dict[str, object] | None:
@@ -75,8 +94,16 @@ def stale_mark(objects: ObjectStore) -> dict[str, object] | None:
     return None if raw is None else dict(json.loads(raw))
 
 
+def stale_reason(mark: dict[str, object]) -> str:
+    """What a stale mark says was found (a mark of an older release has no `why`)."""
+    return str(mark.get("why") or f"{mark.get('missing')} of {mark.get('sampled')} sampled stored supercuboids "
+                                  "have no index entry")
+
+
 def reindex(objects: ObjectStore, index: SupercuboidIndex) -> int:
-    """An index entry for every stored supercuboid, then the stale mark removed. Returns how many."""
+    """The index checked in full (a damaged one set aside: ensure_ready), an entry for every
+    stored supercuboid, then the stale mark removed. Returns how many entries."""
+    index.ensure_ready(thorough=True)
     count = 0
     keys = stored_supercuboids(objects)
     while batch := list(itertools.islice(keys, BATCH)):
@@ -92,9 +119,17 @@ class GuardedIndex:
     def __init__(self, index: SupercuboidIndex, objects: ObjectStore):
         self.index = index
         self.objects = objects
+        self.set_aside: str | None = None  # what this process found damaged and set aside, if anything
 
-    def ensure_ready(self) -> None:
-        self.index.ensure_ready()
+    def ensure_ready(self, thorough: bool = False) -> str | None:
+        """The index ready; a damaged one set aside by its adapter is marked stale here, and said
+        in one line naming the file, what is wrong and the command that repairs it."""
+        found = self.index.ensure_ready(thorough)
+        if found is not None:
+            mark_stale(self.objects, found)
+            log.warning("INDEX STALE: %s; %s", found, REFUSED)
+            self.set_aside = found
+        return found
 
     def put_many(self, keys: Sequence[SupercuboidKey]) -> None:
         self.index.put_many(keys)
@@ -106,10 +141,13 @@ class GuardedIndex:
         """Raise IndexStale while the index is marked stale (before a bulk operation starts)."""
         mark = stale_mark(self.objects)
         if mark is not None:
-            raise IndexStale(f"the supercuboid index misses objects the object store holds ({mark['missing']} of "
-                             f"{mark['sampled']} sampled at start): listing stored supercuboids would answer wrong; an "
-                             "operator must run `ndstore reindex`")
+            raise IndexStale(f"the supercuboid index is marked stale ({stale_reason(mark)}): listing stored "
+                             "supercuboids would answer wrong; an operator must run `ndstore reindex`")
 
     def mortons(self, volume: VolumeKey) -> list[int]:
         self.require_fresh()
         return self.index.mortons(volume)
+
+    def volumes(self, prefix: str) -> list[VolumeKey]:
+        self.require_fresh()
+        return self.index.volumes(prefix)

@@ -40,8 +40,10 @@ class DynamoSupercuboidIndex:
         self.table = table
         self._db = aws_client("dynamodb", endpoint_url, region, 16, timeout_s, credentials)
 
-    def ensure_ready(self) -> None:
+    def ensure_ready(self, thorough: bool = False) -> str | None:
+        """Create the table if it is missing (DynamoDB keeps it sound: nothing to set aside)."""
         ensure_table(self._db, self.table, [("volume", "HASH", "S"), ("morton", "RANGE", "N")])
+        return None
 
     @staticmethod
     def _item(key: SupercuboidKey) -> dict[str, Any]:
@@ -82,3 +84,17 @@ class DynamoSupercuboidIndex:
         except (ClientError, BotoCoreError) as exc:
             raise StorageError(f"DynamoDB query failed: {exc}") from exc
         return out
+
+    def volumes(self, prefix: str) -> list[VolumeKey]:
+        """A scan of the whole table (DynamoDB queries one partition at a time, and a channel's
+        levels and time samples are partitions of their own): a bulk operation's cost."""
+        scan: dict[str, Any] = {"TableName": self.table, "ProjectionExpression": "volume"}
+        if prefix:
+            scan.update(FilterExpression="begins_with(volume, :p)", ExpressionAttributeValues={":p": {"S": prefix}})
+        found: set[str] = set()
+        try:
+            for page in self._db.get_paginator("scan").paginate(**scan):
+                found.update(item["volume"]["S"] for item in page["Items"])
+        except (ClientError, BotoCoreError) as exc:
+            raise StorageError(f"DynamoDB scan failed: {exc}") from exc
+        return sorted(VolumeKey.parse_partition(v) for v in found)

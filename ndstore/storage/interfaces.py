@@ -40,7 +40,11 @@ class ObjectStore(Protocol):
 class SupercuboidIndex(Protocol):
     """Which supercuboids are stored: one entry per object, by volume and Morton code."""
 
-    def ensure_ready(self) -> None: ...
+    def ensure_ready(self, thorough: bool = False) -> str | None:
+        """Create the table or file if it is missing. An index whose own storage cannot be read
+        (a SQLite file overwritten or truncated; with ``thorough``, any damaged page) is moved
+        aside, kept, and an empty one begun: returns what was found and where it was kept, for
+        the caller to mark the index stale; None when it was sound."""
 
     def put_many(self, keys: Sequence[SupercuboidKey]) -> None: ...
 
@@ -48,6 +52,11 @@ class SupercuboidIndex(Protocol):
 
     def mortons(self, volume: VolumeKey) -> list[int]:
         """Morton codes of the stored supercuboids of one volume, ascending."""
+
+    def volumes(self, prefix: str) -> list[VolumeKey]:
+        """Every volume with an entry whose partition starts with ``prefix`` (a channel's
+        `name_prefix`: its levels and time samples, whether its experiment declares them now or
+        not), in order. Bulk operations only: on DynamoDB it scans the table."""
 
 
 # -- locks and the cache tier -----------------------------------------------------------------

@@ -1,8 +1,13 @@
-"""Fixed-window request counters on Redis, shared by every web worker and node.
+"""Per-caller limits on Redis, shared by every web worker and node.
 
   ndrl:{KEY}:{WINDOW}   integer: requests of KEY in that window; expires with the window
-One INCR and one PEXPIRE in a single round trip; the window number is part of the key, so no
-reset is ever needed and a counter outlives its window by at most the expiry.
+  ndrb:{KEY}            the time (ms since the epoch) at which KEY's byte bucket is full again;
+                        expires then
+Requests are counted in fixed windows: one INCR and one PEXPIRE in a single round trip; the
+window number is part of the key, so no reset is ever needed and a counter outlives its window by
+at most the expiry. Bytes are spent from a bucket that refills at a rate up to a burst, kept as
+one number (when the bucket is full again: the generic cell rate algorithm) by one Lua script
+that admits and charges in a single atomic step.
 """
 
 from __future__ import annotations
@@ -14,11 +19,26 @@ import redis
 
 from ndstore.core.errors import StorageError
 
+# KEYS[1] the bucket; ARGV now, the cost and the burst, in ms of refill. A caller is admitted while
+# its bucket is not empty (what it owes is under the burst) and then charged the whole cost: one
+# request may take it below empty, and the next waits until it is above again. Returns the ms to
+# wait, 0 when admitted.
+_SPEND = """
+local now, cost, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local full = tonumber(redis.call('GET', KEYS[1]) or '0')
+if full < now then full = now end
+if full - now >= burst then return math.ceil(full - now - burst) + 1 end
+full = full + cost
+redis.call('SET', KEYS[1], string.format('%.3f', full), 'PX', math.ceil(full - now) + 1000)
+return 0
+"""
+
 
 class RedisRateLimiter:
     def __init__(self, client: redis.Redis, clock: Callable[[], float] = time.time):
         self._redis = client
         self._clock = clock
+        self._spend = client.register_script(_SPEND)
 
     def hit(self, key: str, limit: int, window_s: float) -> float:
         """Count one request of ``key``; 0 when it is within ``limit`` per window, else the
@@ -34,3 +54,15 @@ class RedisRateLimiter:
         except redis.RedisError as exc:
             raise StorageError(f"rate-limit counters unavailable: {exc}") from exc
         return 0.0 if int(count) <= limit else (window + 1) * window_s - now
+
+    def spend(self, key: str, nbytes: int, per_s: int, burst: int) -> float:
+        """Spend ``nbytes`` from ``key``'s bucket, which refills at ``per_s`` bytes a second up to
+        ``burst``: 0 when admitted (and charged, even past empty), else the seconds until the
+        bucket is no longer empty (nothing charged)."""
+        ms = 1000 / per_s
+        try:
+            wait = self._spend(keys=[f"ndrb:{{{key}}}"], args=[f"{self._clock() * 1000:.3f}", f"{nbytes * ms:.3f}",
+                                                                f"{burst * ms:.3f}"])
+        except redis.RedisError as exc:
+            raise StorageError(f"read budgets unavailable: {exc}") from exc
+        return int(wait) / 1000

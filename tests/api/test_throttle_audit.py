@@ -88,6 +88,34 @@ def test_rate_limiter_down_is_a_storage_error() -> None:
     limiter = RedisRateLimiter(redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5))
     with pytest.raises(StorageError, match="rate-limit counters unavailable"):
         limiter.hit("k", 1, 60)
+    with pytest.raises(StorageError, match="read budgets unavailable"):
+        limiter.spend("k", 1, 1, 1)
+
+
+def test_byte_buckets_admit_while_not_empty_charge_whole_costs_and_refill_at_the_rate(redis_url: str) -> None:
+    now = [5000.0]
+    limiter = RedisRateLimiter(redis.Redis.from_url(redis_url), clock=lambda: now[0])
+    key = f"bucket-{now[0]}-{id(now)}"
+    # 100 bytes/s after a burst of 250: three requests of 100 are admitted (the third takes it
+    # 50 below empty), the fourth waits until it is above empty again (0.5 s) plus a ms
+    assert [limiter.spend(key, 100, 100, 250) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert limiter.spend(key, 100, 100, 250) == pytest.approx(0.501)  # refused, and charged nothing
+    assert limiter.spend("another", 100, 100, 250) == 0.0
+    now[0] += 0.6  # 2.4 s of refill owed, under the burst's 2.5: not empty
+    assert limiter.spend(key, 10**4, 100, 250) == 0.0  # admitted, though larger than the burst, and charged in full
+    assert limiter.spend(key, 1, 100, 250) == pytest.approx(99.901)  # so the next waits 102.4 s - 2.5 s + 1 ms
+
+
+@pytest.mark.parametrize("setting", [{"NDSTORE_ANON_READ_BYTES_PER_S": "-1"}, {"NDSTORE_READ_BYTES_BURST": "0"},
+                                     {"NDSTORE_ANON_READ_BYTES_BURST": "x"}])
+def test_a_malformed_read_budget_stops_the_service_at_start(monkeypatch: pytest.MonkeyPatch,
+                                                            setting: dict[str, str]) -> None:
+    from ndstore.config import Config
+
+    for name, value in setting.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match="NDSTORE_(ANON_)?READ_BYTES"):
+        Config.from_env()
 
 
 def test_control_plane_actions_are_audited_data_plane_writes_are_not(admin: APIClient) -> None:

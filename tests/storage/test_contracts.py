@@ -84,3 +84,16 @@ def test_index_pages_through_many_items(index: SupercuboidIndex) -> None:
     keys = [SupercuboidKey(v, m) for m in range(0, 3000, 3)]
     index.put_many(keys)
     assert index.mortons(v) == [k.morton for k in keys]
+
+
+def test_index_lists_a_channels_volumes_by_prefix(index: SupercuboidIndex) -> None:
+    """Every level and time sample of channel 1&2&3 (not channel 1&2&31, whose ids only start
+    alike), however many the experiment declares: what a channel delete purges."""
+    ours = [VolumeKey(1, 2, 3, res, t) for res, t in [(0, 0), (0, 3), (4, 0), (12, 7)]]
+    others = [VolumeKey(1, 2, 31, 0, 0), VolumeKey(1, 2, 4, 0, 0), VolumeKey(11, 2, 3, 0, 0)]
+    index.put_many([v.supercuboid(m) for v in ours + others for m in (0, 9)])
+    assert index.volumes("1&2&3&") == ours
+    assert index.volumes("1&2&") == sorted(ours + others[:2])
+    assert index.volumes("") == sorted(ours + others)
+    index.delete_many([ours[1].supercuboid(0), ours[1].supercuboid(9)])
+    assert index.volumes("1&2&3&") == [ours[0], *ours[2:]]

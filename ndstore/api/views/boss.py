@@ -96,7 +96,8 @@ class IdsView(CutoutView):
     def get(self, request: Any, **kw: Any) -> HttpResponse:
         chan = self._resolve(request, auth.READ, kw)
         _require_annotation(chan, "ids")
-        budget.reserve(request, self.cutout.nbytes // 2, None)  # np.unique's sorted copy and the JSON text
+        # np.unique's sorted copy and the JSON text (the read was charged with the cutout's reservation)
+        budget.reserve(request, self.cutout.nbytes // 2, None, reading=0)
         data = services().tier(self.tier, "cache").read(self.cutout)
         ids = np.unique(data.reshape(-1))
         del data

@@ -105,7 +105,7 @@ class CutoutView(JSONErrors, APIView):
     def _resolve(self, request: Any, level: int, kw: dict[str, Any]) -> Any:
         chan = self._target(request, level, kw)
         holds = budget.reads(request) or self.writes_supercuboids
-        budget.reserve(request, self.cutout.nbytes, self.cutout if holds else None)
+        budget.reserve(request, self.cutout.nbytes, self.cutout if holds else None, reading=self.cutout.nbytes)
         return chan
 
     @read_schema("Through the cache tier.",

@@ -75,7 +75,7 @@ class SliceImageView(JSONErrors, APIView):
         cutout = make_cutout(lookups.channel_volume(chan), kw["resolution"],
                              Box.from_ranges(ranges["x"], ranges["y"], ranges["z"]), range(t, t + 1),
                              services().config.max_cutout_bytes)
-        budget.reserve(request, cutout.nbytes, cutout)
+        budget.reserve(request, cutout.nbytes, cutout, reading=cutout.nbytes)
         file_format = request.accepted_renderer.format
         window = request.GET.get("window")
         quality = _quality(request.GET.get("quality", "85"))

@@ -179,7 +179,7 @@ class ChunkView(PrecomputedView):
         box = Box.from_ranges(*kw["box"])
         t = chan.default_time_sample
         cutout = make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes)
-        budget.reserve(request, cutout.nbytes, cutout)
+        budget.reserve(request, cutout.nbytes, cutout, reading=cutout.nbytes)
         data = live_read(cutout)[0]
         return channel_file(chan, precomputed.encode_chunk(data, encoding), "application/octet-stream")
 

@@ -222,8 +222,9 @@ class ExperimentView(ResourceView):
 
 @resource_schema(access="Reading needs read permission on it; creating needs admin on its experiment; changing and "
                         "deleting need admin on it.",
-                 on_delete="Deletes its voxels too (cached, buffered and stored). Refused while another channel names "
-                           "it a source, an ingest job of it uploads or a downsample build of it runs.", nested=True)
+                 on_delete="Deletes its voxels too (cached, buffered and stored, at every level and time sample it "
+                           "ever stored). Refused while another channel names it a source, an ingest job of it "
+                           "uploads or a downsample build of it runs.", nested=True)
 class ChannelView(ResourceView):
     audit_key = "channel"
     serializer_class = ChannelSerializer

@@ -114,7 +114,8 @@ def _encoded_shard(request: Any, volume: ChannelVolume, level: int, t: int, shar
     """A whole shard of encoded chunks (compressed_segmentation): every chunk read and encoded."""
     limit = services().config.max_cutout_bytes
     cutouts = [make_cutout(volume, level, box, range(t, t + 1), limit) for _, box in shards.chunks(number)]
-    budget.reserve(request, 2 * sum(c.nbytes for c in cutouts), _most_supercuboids(cutouts))
+    reading = sum(c.nbytes for c in cutouts)
+    budget.reserve(request, 2 * reading, _most_supercuboids(cutouts), reading=reading)
     chunks = [precomputed.encode_chunk(live_read(c)[0], precomputed.COMPRESSED_SEGMENTATION) for c in cutouts]
     head = sharded.shard_layout(shards, number, [len(c) for c in chunks])[0].header
     return b"".join([head or b"", *chunks])
@@ -127,8 +128,8 @@ def _read(request: Any, volume: ChannelVolume, level: int, t: int, pieces: list[
               else make_cutout(volume, level, piece.box, range(t, t + 1), limit))  # type: ignore[arg-type]
              for piece, lo, hi in sharded.overlapping(pieces, first, last)]
     read = [cutout for *_, cutout in parts if cutout is not None]
-    budget.reserve(request, 2 * sum(piece.size for piece, *_, cutout in parts if cutout is not None),
-                   _most_supercuboids(read))
+    reading = sum(piece.size for piece, *_, cutout in parts if cutout is not None)
+    budget.reserve(request, 2 * reading, _most_supercuboids(read), reading=reading)
     out = []
     for piece, lo, hi, cutout in parts:
         if cutout is None:

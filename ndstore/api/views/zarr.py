@@ -92,7 +92,8 @@ class ChunkView(PrecomputedView):
         t, box, whole = zarr_view.chunk_box(volume, level, volume.num_time_samples, index)
         cutout = make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes)
         # the read and the padded chunk
-        budget.reserve(request, 2 * int(np.prod(whole)) * volume.dtype.itemsize, cutout)
+        chunk_bytes = int(np.prod(whole)) * volume.dtype.itemsize
+        budget.reserve(request, 2 * chunk_bytes, cutout, reading=chunk_bytes)
         data = live_read(cutout)[0]
         if not data.any():
             raise NotFound(f"chunk c/{'/'.join(map(str, index))} holds only the fill value: every voxel is 0 "

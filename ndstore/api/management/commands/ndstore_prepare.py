@@ -47,14 +47,15 @@ def check_for_loss(svc: Services, say: Callable[[str], object]) -> None:
 
 def check_index(svc: Services, say: Callable[[str], object]) -> None:
     """A sample of the stored supercuboids looked up in the index: one missing, and listing them
-    is refused until `ndstore reindex` (ndstore/engine/index_check.py)."""
-    result = index_check.check(svc.objects, svc.index)
-    if result.stale:
-        say(f"INDEX STALE: {len(result.missing)} of {result.sampled} sampled stored supercuboids have no index entry "
-            "(the index was lost or is older than the objects); bounding boxes, downsampling and deleting channels "
-            "are refused (503) until `ndstore reindex` rebuilds it")
-    elif index_check.stale_mark(svc.objects) is not None:
-        say("INDEX STALE (marked earlier): `ndstore reindex` rebuilds it")
+    is refused until `ndstore reindex` (ndstore/engine/index_check.py). An index found damaged by
+    the services' build was set aside, marked and said there, in one line."""
+    if svc.index.set_aside is not None:
+        return
+    mark = index_check.stale_mark(svc.objects)
+    if mark is None and index_check.check(svc.objects, svc.index).stale:
+        mark = index_check.stale_mark(svc.objects)
+    if mark is not None:
+        say(f"INDEX STALE: {index_check.stale_reason(mark)}; {index_check.REFUSED}")
 
 
 def ensure_admin(data_dir: Path) -> Any:
