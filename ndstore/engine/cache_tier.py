@@ -259,11 +259,11 @@ class CacheTier:
             cached = [n for n in names if resident[n]]
             blobs: dict[str, Sequence[Blob | None]] = {**self._cache.get_many({n: wanted[n] for n in cached})}
             gaps = [k for k in keys if resident[k.name] and k.name in writes and None in blobs[k.name]]
+            lacks = {k.name: self._lacking(k.name, grid, wanted[k.name], blobs[k.name]) for k in gaps}
             room = self._page_ins.reserve(len(absent + gaps) * grid.supercuboid_bytes(dtype.itemsize)) \
                 if absent or gaps else 0
             if room:  # stored after the answer, by a thread that then releases the locks
                 try:
-                    lacks = {k.name: self._absent(k.name, grid) for k in gaps}
                     objects = dict(self._fetched(absent + gaps, dtype, grid))
                 except BaseException:
                     self._page_ins.give_back(room)
@@ -278,7 +278,7 @@ class CacheTier:
                     locked.pop_all(), room)
             else:  # stored now, one object at a time, so a thin read does not hold them all
                 fetched = self._fetch(absent, dtype, grid, wanted, run)
-                restored = {k.name: self._restore(k.name, dtype, grid, run) for k in gaps}
+                restored = {name: self._restore(name, dtype, grid, lack, run) for name, lack in lacks.items()}
             for name, found in restored.items():
                 blobs[name] = [found[n] if b is None else b for n, b in zip(wanted[name], blobs[name])]
         forgotten = [n for n, found in blobs.items() if None in found]
@@ -665,31 +665,40 @@ class CacheTier:
         """``found`` (the blobs of cuboids ``numbers``), with any the cache forgot restored."""
         if all(b is not None for b in found):
             return list(found)
-        restored = self._restore(name, dtype, grid, run)
+        restored = self._restore(name, dtype, grid, self._lacking(name, grid, numbers, found), run)
         return [restored[n] if b is None else b for n, b in zip(numbers, found)]
 
-    def _restore(self, name: str, dtype: np.dtype, grid: Grid, run: str | None = None) -> dict[int, bytes]:
-        """The clean cuboids a resident supercuboid lacks, read from the base tier and stored (unlogged,
-        as a page-in's); returns them. A cuboid absent from a resident supercuboid was not written
+    def _lacking(self, name: str, grid: Grid, numbers: Sequence[int], found: Sequence[Blob | None]) -> list[int]:
+        """What a restore of a resident supercuboid fetches: the cuboids it lacks now, and those
+        ``found`` lacked (the blobs of ``numbers``) whatever happened since. Under a read lock
+        another restore may store them between the two looks; the caller still needs them."""
+        return sorted({*self._absent(name, grid), *(n for n, b in zip(numbers, found) if b is None)})
+
+    def _restore(self, name: str, dtype: np.dtype, grid: Grid, lacking: Sequence[int],
+                 run: str | None = None) -> dict[int, bytes]:
+        """Cuboids ``lacking`` of a resident supercuboid (`_lacking`), read from the base tier and
+        stored where they are still absent (unlogged, as a page-in's); returns every one of them,
+        from the object fetched. A cuboid absent from a resident supercuboid was not written
         since it became resident: a write to a supercuboid not resident stores only the cuboids it
         touches, and page-ins are not logged, so a Redis that restarted from its AOF holds only
         what writes stored. The base tier holds it as it was then (the base tier changes under a
         cached supercuboid only by its write-back, or after its eviction, which is logged). The
         caller holds its write lock, or a read lock: then the only other writer of these fields
-        is another restore, storing the same bytes. Stored only in ``run``
-        (the caller's `guard`; None: the mark as it is now, before the fetch)."""
-        absent = self._absent(name, grid)
-        if not absent:
+        is another restore, storing the same bytes (and `fill` sets only absent fields). Never a
+        second look at what is absent decides what is returned: a concurrent restore may have
+        stored them meanwhile. Stored only in ``run`` (the caller's `guard`; None: the mark as
+        it is now, before the fetch)."""
+        if not lacking:
             return {}
         if run is None:
             run = self._cache.loss_marks([])[0] or ""
         _, blobs = next(self._fetched([SupercuboidKey.from_name(name)], dtype, grid))
-        restored = {n: bytes(blobs[n]) for n in absent}
+        restored = {n: bytes(blobs[n]) for n in lacking}
         self._fill(name, restored, run)
         return restored
 
     def _absent(self, name: str, grid: Grid) -> list[int]:
-        """The cuboids a resident supercuboid lacks (the first step of a restore)."""
+        """The cuboids a resident supercuboid lacks now (see `_lacking`)."""
         return self._cache.absent(name, range(grid.cuboid_count))
 
     def _fill(self, name: str, restored: Mapping[int, Blob], run: str) -> None:
