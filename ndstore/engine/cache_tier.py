@@ -35,6 +35,9 @@ Loss: reads and writes first check that the cache Redis carries its checked mark
 of their supercuboids is marked lost (one round trip); a Redis found without its mark is checked
 against its ledger by whoever finds it (`verify`, ndstore/engine/ledger.py). A cached cuboid that
 fails its checksum is dropped and paged in again when it was clean, marked lost when it was dirty.
+The cache Redis also keeps the record of NDBlaze writes not yet merged (`record_buffered`): a
+request touching one of those supercuboids has the NDBlaze buffer's run checked too (`watch_buffer`),
+so no path answers for it from a buffer that came back without it.
 """
 
 from __future__ import annotations
@@ -140,6 +143,7 @@ class CacheTier:
         # Per-cuboid codec work of one supercuboid (blosc releases the GIL: see core.chunks).
         self._codec = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="cache-codec")
         self._page_ins = _PageIns(base.read_window_bytes, cache, observer)
+        self._buffer_check: Callable[[str], bool] | None = None  # see `watch_buffer`
         self.ledger = LedgerKeeper("cache", cache, LedgerBook(base.objects, "cache"), self.ledger_lock("cache"),
                                    self._drop_all_but, cache.mark_lost, cache.lost, clock, observer)
 
@@ -606,11 +610,15 @@ class CacheTier:
     def guard(self, names: Sequence[str]) -> str:
         """Raise DataLost when one of ``names`` is marked lost. A Redis without its checked mark
         (it restarted empty, or is another one) is checked against its ledger first. Returns the
-        mark (the run), "" when there still is none: what the caller's page-ins are stored under."""
-        run, lost = self._cache.loss_marks(names)
+        mark (the run), "" when there still is none: what the caller's page-ins are stored under.
+        When one of ``names`` has an NDBlaze write recorded, the buffer is checked to be the run
+        the record describes first (`watch_buffer`: what it lost is then marked lost)."""
+        run, lost, buffered = self._cache.loss_marks(names)
         if run is None:
             self.verify()
-            run, lost = self._cache.loss_marks(names)
+            run, lost, buffered = self._cache.loss_marks(names)
+        if buffered is not None and self._buffer_check is not None and self._buffer_check(buffered):
+            run, lost, _ = self._cache.loss_marks(names)
         if lost:
             raise DataLost(lost_message(lost), sorted(lost))
         return run or ""
@@ -624,10 +632,36 @@ class CacheTier:
         self.ledger.keep(final)
 
     def _drop_all_but(self, keep: frozenset[str]) -> None:
+        """The cache Redis lost writes: what it holds that is not intact goes, and so does the
+        record of NDBlaze writes (it may be as short): rebuilt from the buffer when next checked."""
+        self._cache.drop_buffered()
         for name in self._cache.names_with_prefix(""):
             if name not in keep:
                 with self._locks.write([name]):
                     self._cache.evict(name)
+
+    # -- the record of NDBlaze writes (ndstore/engine/ledger.py, "the record") ---------------------
+    def watch_buffer(self, check: Callable[[str], bool]) -> None:
+        """``check(run)``: make sure the NDBlaze buffer is the run the record describes ("": there
+        is no record), checking it against its record otherwise (then True: what it lost is
+        marked lost now); `guard` calls it for requests that touch a supercuboid with an NDBlaze
+        write recorded."""
+        self._buffer_check = check
+
+    def record_buffered(self, run: str, seqs: Mapping[str, int]) -> bool:
+        """Record NDBlaze writes (supercuboid -> seq) before they are acknowledged; False when the
+        record does not describe ``run``, the buffer's run that took them (nothing recorded)."""
+        return self._cache.record_buffered(run, seqs)
+
+    def forget_buffered(self, seqs: Mapping[str, int]) -> None:
+        """Merged into the base tier up to these seqs (before the buffer releases them)."""
+        self._cache.forget_buffered(seqs)
+
+    def buffered_record(self) -> tuple[str | None, dict[str, int]]:
+        return self._cache.buffered()
+
+    def sync_buffered(self, run: str, seq: int, held: Mapping[str, int]) -> None:
+        self._cache.sync_buffered(run, seq, held)
 
     def ledger_lock(self, what: str) -> Callable[[], AbstractContextManager[None]]:
         """The lock a ledger is kept under (no supercuboid name has a letter in it)."""
