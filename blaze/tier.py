@@ -15,6 +15,7 @@ checks that the buffer is still that run (ndstore/engine/ledger.py, "the record"
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -22,7 +23,7 @@ import numpy.typing as npt
 
 from blaze.blob import BlobHeader, apply_to, supercuboid_names
 from ndstore.core import morton, wire
-from ndstore.core.errors import RedisUnverified
+from ndstore.core.errors import RedisUnverified, StorageError
 from ndstore.core.keys import SupercuboidKey
 from ndstore.core.observe import NULL, Observer
 from ndstore.engine.cache_tier import CacheTier
@@ -33,6 +34,7 @@ from ndstore.storage.interfaces import BlazeBuffer, PendingBlob
 
 Array = npt.NDArray[Any]
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def buffer_ledger(buffer: BlazeBuffer, cache_tier: CacheTier, observer: Observer = NULL) -> LedgerKeeper:
@@ -52,10 +54,20 @@ class BlazeTier:
         direct.tier.watch_buffer(self.check_run)
 
     def check_run(self, run: str) -> bool:
-        """Make sure the buffer is still ``run`` (the one the record of writes describes; "": there
-        is no record): otherwise it is checked against the record now, what it lost marked lost
-        and the record brought to it (True). One GET when it is."""
-        if run and self.buffer.mark() == run:
+        """Make sure the buffer is still ``run`` (the one the record of writes describes): otherwise
+        it is checked against the record now, what it lost marked lost and the record brought to
+        it (True). One GET when it is. "": there is no record (the cache's Redis lost it): it is
+        rebuilt now if the buffer answers; if not, the request goes on as it would without NDBlaze
+        (nothing names its supercuboids), and the next write, merger round or request rebuilds it."""
+        if not run:
+            try:
+                self.ledger.verify()
+            except StorageError as exc:
+                log.warning("the record of NDBlaze writes is missing and the buffer did not answer to rebuild it: "
+                            "%s", exc)
+                return False
+            return True
+        if self.buffer.mark() == run:
             return False
         self.ledger.verify()
         return True

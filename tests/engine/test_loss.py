@@ -474,3 +474,19 @@ def test_the_record_of_ndblaze_writes_in_the_cache_redis(redis_url: str) -> None
     assert cache.get_many({"f": [1]})["f"] == [None]
     cache.drop_buffered()
     assert cache.buffered() == (None, {})
+
+
+def test_without_a_record_a_buffer_that_is_down_does_not_stop_the_cache_path(tmp_path: Path, own_redis: Any) -> None:
+    """No record (the cache's Redis lost it) and the buffer down: a request on the cache path
+    tries to rebuild the record, cannot, and is served as without NDBlaze; the first request once
+    the buffer is back rebuilds it."""
+    s = BufferedStack.start(tmp_path, own_redis("cache"), own_redis("blaze"))
+    s.cache.write(cut(R), full(R, 5))
+    s.tier.write(cut(Q), full(Q, 4))
+    s.cache._cache.drop_buffered()  # type: ignore[attr-defined]  # as the cache's own check does on a loss
+    s.blaze_server.kill()
+    whole = Box((0, 0, 0), (2 * SC[0], 2 * SC[1], SC[2]))  # not all resident: the locked path, which guards
+    assert s.cache.read(cut(whole))[0][R.slices_zyx()].min() == 5
+    s.blaze_server.start()
+    s.cache.read(cut(whole))
+    assert s.cache.buffered_record()[1] == {name_of(Q): 1}  # its seq, the first write the buffer took
