@@ -2,7 +2,8 @@
 
 Under the supercuboid's write lock: snapshot its pending seqs, drop any cached copy (written
 back first when dirty, so the cache can never serve a stale one), read the stored supercuboid,
-apply the blobs in sequence order, store the result, and only then release exactly those seqs.
+apply the blobs in sequence order, store the result, drop the supercuboid from the record of
+NDBlaze writes up to those seqs (ndstore/engine/ledger.py), and only then release exactly them.
 A crash before the release leaves the blobs pending; the next merge applies them again over a
 base that already holds them, which changes nothing, because a blob overwrites its voxels and
 applying the same sequence of overwrites twice gives the same result. A blob that arrives
@@ -95,7 +96,10 @@ class Merger:
         dropped = 0
         for name in self.buffer.pending_names(prefix):
             with self.tier.exclusive([name]):
-                dropped += self.buffer.release(name, self.buffer.pending_seqs([name])[name])
+                seqs = self.buffer.pending_seqs([name])[name]
+                if seqs:
+                    self.tier.forget_buffered({name: seqs[-1]})
+                dropped += self.buffer.release(name, seqs)
         return dropped
 
     def merge_one(self, name: str) -> MergeResult:
@@ -106,6 +110,7 @@ class Merger:
             if not seqs:
                 return MergeResult()
             result = self._apply(supercuboid, self.buffer.blobs(seqs))
+            self.tier.forget_buffered({name: seqs[-1]})  # stored: no longer theirs to lose
             self.buffer.release(name, seqs)
         result.seconds = time.perf_counter() - started
         return result

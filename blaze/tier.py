@@ -7,11 +7,15 @@ Read: under the read locks of the touched supercuboids (the merger takes their w
 read the base tier (after writing back dirty cache data, as direct reads do) and snapshot the
 pending blobs; then apply the blobs that overlap the box, in sequence order.
 Loss: supercuboids marked lost are refused (DataLost) both ways; a buffer Redis found without
-the mark of a checked run is checked against its ledger first (ndstore/engine/ledger.py).
+the mark of a checked run is checked against its record (or ledger) first. Every write is
+recorded in the cache's Redis before it is acknowledged (its supercuboids and seq, with the
+buffer's run that took it), and a request on any path that touches a recorded supercuboid first
+checks that the buffer is still that run (ndstore/engine/ledger.py, "the record").
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -19,7 +23,7 @@ import numpy.typing as npt
 
 from blaze.blob import BlobHeader, apply_to, supercuboid_names
 from ndstore.core import morton, wire
-from ndstore.core.errors import RedisUnverified
+from ndstore.core.errors import RedisUnverified, StorageError
 from ndstore.core.keys import SupercuboidKey
 from ndstore.core.observe import NULL, Observer
 from ndstore.engine.cache_tier import CacheTier
@@ -30,20 +34,43 @@ from ndstore.storage.interfaces import BlazeBuffer, PendingBlob
 
 Array = npt.NDArray[Any]
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def buffer_ledger(buffer: BlazeBuffer, cache_tier: CacheTier, observer: Observer = NULL) -> LedgerKeeper:
     """The ledger of what the buffer's Redis holds unmerged, next to the base tier; what it lost is
     refused by the cache tier (every path reads the lost supercuboids through it)."""
     return LedgerKeeper("blaze", buffer, LedgerBook(cache_tier.objects, "blaze"), cache_tier.ledger_lock("blaze"),
-                        buffer.drop_all_but, cache_tier.mark_lost, dict, observer=observer)
+                        buffer.drop_all_but, cache_tier.mark_lost, dict, observer=observer, record=cache_tier)
 
 
 class BlazeTier:
     def __init__(self, buffer: BlazeBuffer, direct: CoherentDirect, ledger: LedgerKeeper):
+        """Also makes the cache tier check the buffer's run for the supercuboids it has recorded
+        writes to (`CacheTier.watch_buffer`): every path reads them through it."""
         self.buffer = buffer
         self.direct = direct
         self.ledger = ledger
+        direct.tier.watch_buffer(self.check_run)
+
+    def check_run(self, run: str) -> bool:
+        """Make sure the buffer is still ``run`` (the one the record of writes describes): otherwise
+        it is checked against the record now, what it lost marked lost and the record brought to
+        it (True). One GET when it is. "": there is no record (the cache's Redis lost it): it is
+        rebuilt now if the buffer answers; if not, the request goes on as it would without NDBlaze
+        (nothing names its supercuboids), and the next write, merger round or request rebuilds it."""
+        if not run:
+            try:
+                self.ledger.verify()
+            except StorageError as exc:
+                log.warning("the record of NDBlaze writes is missing and the buffer did not answer to rebuild it: "
+                            "%s", exc)
+                return False
+            return True
+        if self.buffer.mark() == run:
+            return False
+        self.ledger.verify()
+        return True
 
     def _checked(self, call: Callable[[], T]) -> T:
         """``call()``, once more after checking the buffer's Redis if it had not been."""
@@ -54,12 +81,30 @@ class BlazeTier:
             return call()
 
     def write_body(self, cutout: Cutout, body: bytes, media_type: str, has_time: bool) -> int:
-        """Buffer a request body for the cutout's box; returns its sequence number."""
+        """Buffer a request body for the cutout's box and record it; returns its sequence number."""
         header = BlobHeader.for_cutout(cutout, media_type, has_time)
         header.validate(body)
         names = supercuboid_names(header)
-        self.direct.tier.guard(names)
-        return self._checked(lambda: self.buffer.append(header.to_json(), body, names))
+
+        def append() -> tuple[int, str]:  # guarded again after a check: it may have marked them lost
+            self.direct.tier.guard(names)
+            return self.buffer.append_in_run(header.to_json(), body, names)
+
+        seq, run = self._checked(append)
+        self._record(run, dict.fromkeys(names, seq))
+        return seq
+
+    def _record(self, run: str, seqs: dict[str, int]) -> None:
+        """Record a write taken in the buffer's ``run`` before it is acknowledged. A record of
+        another run, or none: the buffer is checked (which rebuilds a missing record from what it
+        holds, this write included), then tried once more; still another run means the buffer
+        was checked since it took the write, which it may have lost: not acknowledged."""
+        if self.direct.tier.record_buffered(run, seqs):
+            return
+        self.ledger.verify()
+        if not self.direct.tier.record_buffered(run, seqs):
+            raise RedisUnverified("the NDBlaze buffer was checked against its record while this write was taken "
+                                  "(it restarted); the write may not have been stored: retry it")
 
     def write(self, cutout: Cutout, data: Array) -> None:
         """An array write (the engine's Tier interface): buffered as an application/blosc body."""

@@ -35,6 +35,9 @@ Loss: reads and writes first check that the cache Redis carries its checked mark
 of their supercuboids is marked lost (one round trip); a Redis found without its mark is checked
 against its ledger by whoever finds it (`verify`, ndstore/engine/ledger.py). A cached cuboid that
 fails its checksum is dropped and paged in again when it was clean, marked lost when it was dirty.
+The cache Redis also keeps the record of NDBlaze writes not yet merged (`record_buffered`): a
+request touching one of those supercuboids has the NDBlaze buffer's run checked too (`watch_buffer`),
+so no path answers for it from a buffer that came back without it.
 """
 
 from __future__ import annotations
@@ -140,6 +143,7 @@ class CacheTier:
         # Per-cuboid codec work of one supercuboid (blosc releases the GIL: see core.chunks).
         self._codec = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="cache-codec")
         self._page_ins = _PageIns(base.read_window_bytes, cache, observer)
+        self._buffer_check: Callable[[str], bool] | None = None  # see `watch_buffer`
         self.ledger = LedgerKeeper("cache", cache, LedgerBook(base.objects, "cache"), self.ledger_lock("cache"),
                                    self._drop_all_but, cache.mark_lost, cache.lost, clock, observer)
 
@@ -259,11 +263,11 @@ class CacheTier:
             cached = [n for n in names if resident[n]]
             blobs: dict[str, Sequence[Blob | None]] = {**self._cache.get_many({n: wanted[n] for n in cached})}
             gaps = [k for k in keys if resident[k.name] and k.name in writes and None in blobs[k.name]]
+            lacks = {k.name: self._lacking(k.name, grid, wanted[k.name], blobs[k.name]) for k in gaps}
             room = self._page_ins.reserve(len(absent + gaps) * grid.supercuboid_bytes(dtype.itemsize)) \
                 if absent or gaps else 0
             if room:  # stored after the answer, by a thread that then releases the locks
                 try:
-                    lacks = {k.name: self._absent(k.name, grid) for k in gaps}
                     objects = dict(self._fetched(absent + gaps, dtype, grid))
                 except BaseException:
                     self._page_ins.give_back(room)
@@ -278,7 +282,7 @@ class CacheTier:
                     locked.pop_all(), room)
             else:  # stored now, one object at a time, so a thin read does not hold them all
                 fetched = self._fetch(absent, dtype, grid, wanted, run)
-                restored = {k.name: self._restore(k.name, dtype, grid, run) for k in gaps}
+                restored = {name: self._restore(name, dtype, grid, lack, run) for name, lack in lacks.items()}
             for name, found in restored.items():
                 blobs[name] = [found[n] if b is None else b for n, b in zip(wanted[name], blobs[name])]
         forgotten = [n for n, found in blobs.items() if None in found]
@@ -606,11 +610,15 @@ class CacheTier:
     def guard(self, names: Sequence[str]) -> str:
         """Raise DataLost when one of ``names`` is marked lost. A Redis without its checked mark
         (it restarted empty, or is another one) is checked against its ledger first. Returns the
-        mark (the run), "" when there still is none: what the caller's page-ins are stored under."""
-        run, lost = self._cache.loss_marks(names)
+        mark (the run), "" when there still is none: what the caller's page-ins are stored under.
+        When one of ``names`` has an NDBlaze write recorded, the buffer is checked to be the run
+        the record describes first (`watch_buffer`: what it lost is then marked lost)."""
+        run, lost, buffered = self._cache.loss_marks(names)
         if run is None:
             self.verify()
-            run, lost = self._cache.loss_marks(names)
+            run, lost, buffered = self._cache.loss_marks(names)
+        if buffered is not None and self._buffer_check is not None and self._buffer_check(buffered):
+            run, lost, _ = self._cache.loss_marks(names)
         if lost:
             raise DataLost(lost_message(lost), sorted(lost))
         return run or ""
@@ -624,10 +632,36 @@ class CacheTier:
         self.ledger.keep(final)
 
     def _drop_all_but(self, keep: frozenset[str]) -> None:
+        """The cache Redis lost writes: what it holds that is not intact goes, and so does the
+        record of NDBlaze writes (it may be as short): rebuilt from the buffer when next checked."""
+        self._cache.drop_buffered()
         for name in self._cache.names_with_prefix(""):
             if name not in keep:
                 with self._locks.write([name]):
                     self._cache.evict(name)
+
+    # -- the record of NDBlaze writes (ndstore/engine/ledger.py, "the record") ---------------------
+    def watch_buffer(self, check: Callable[[str], bool]) -> None:
+        """``check(run)``: make sure the NDBlaze buffer is the run the record describes ("": there
+        is no record), checking it against its record otherwise (then True: what it lost is
+        marked lost now); `guard` calls it for requests that touch a supercuboid with an NDBlaze
+        write recorded."""
+        self._buffer_check = check
+
+    def record_buffered(self, run: str, seqs: Mapping[str, int]) -> bool:
+        """Record NDBlaze writes (supercuboid -> seq) before they are acknowledged; False when the
+        record does not describe ``run``, the buffer's run that took them (nothing recorded)."""
+        return self._cache.record_buffered(run, seqs)
+
+    def forget_buffered(self, seqs: Mapping[str, int]) -> None:
+        """Merged into the base tier up to these seqs (before the buffer releases them)."""
+        self._cache.forget_buffered(seqs)
+
+    def buffered_record(self) -> tuple[str | None, dict[str, int]]:
+        return self._cache.buffered()
+
+    def sync_buffered(self, run: str, seq: int, held: Mapping[str, int]) -> None:
+        self._cache.sync_buffered(run, seq, held)
 
     def ledger_lock(self, what: str) -> Callable[[], AbstractContextManager[None]]:
         """The lock a ledger is kept under (no supercuboid name has a letter in it)."""
@@ -665,31 +699,40 @@ class CacheTier:
         """``found`` (the blobs of cuboids ``numbers``), with any the cache forgot restored."""
         if all(b is not None for b in found):
             return list(found)
-        restored = self._restore(name, dtype, grid, run)
+        restored = self._restore(name, dtype, grid, self._lacking(name, grid, numbers, found), run)
         return [restored[n] if b is None else b for n, b in zip(numbers, found)]
 
-    def _restore(self, name: str, dtype: np.dtype, grid: Grid, run: str | None = None) -> dict[int, bytes]:
-        """The clean cuboids a resident supercuboid lacks, read from the base tier and stored (unlogged,
-        as a page-in's); returns them. A cuboid absent from a resident supercuboid was not written
+    def _lacking(self, name: str, grid: Grid, numbers: Sequence[int], found: Sequence[Blob | None]) -> list[int]:
+        """What a restore of a resident supercuboid fetches: the cuboids it lacks now, and those
+        ``found`` lacked (the blobs of ``numbers``) whatever happened since. Under a read lock
+        another restore may store them between the two looks; the caller still needs them."""
+        return sorted({*self._absent(name, grid), *(n for n, b in zip(numbers, found) if b is None)})
+
+    def _restore(self, name: str, dtype: np.dtype, grid: Grid, lacking: Sequence[int],
+                 run: str | None = None) -> dict[int, bytes]:
+        """Cuboids ``lacking`` of a resident supercuboid (`_lacking`), read from the base tier and
+        stored where they are still absent (unlogged, as a page-in's); returns every one of them,
+        from the object fetched. A cuboid absent from a resident supercuboid was not written
         since it became resident: a write to a supercuboid not resident stores only the cuboids it
         touches, and page-ins are not logged, so a Redis that restarted from its AOF holds only
         what writes stored. The base tier holds it as it was then (the base tier changes under a
         cached supercuboid only by its write-back, or after its eviction, which is logged). The
         caller holds its write lock, or a read lock: then the only other writer of these fields
-        is another restore, storing the same bytes. Stored only in ``run``
-        (the caller's `guard`; None: the mark as it is now, before the fetch)."""
-        absent = self._absent(name, grid)
-        if not absent:
+        is another restore, storing the same bytes (and `fill` sets only absent fields). Never a
+        second look at what is absent decides what is returned: a concurrent restore may have
+        stored them meanwhile. Stored only in ``run`` (the caller's `guard`; None: the mark as
+        it is now, before the fetch)."""
+        if not lacking:
             return {}
         if run is None:
             run = self._cache.loss_marks([])[0] or ""
         _, blobs = next(self._fetched([SupercuboidKey.from_name(name)], dtype, grid))
-        restored = {n: bytes(blobs[n]) for n in absent}
+        restored = {n: bytes(blobs[n]) for n in lacking}
         self._fill(name, restored, run)
         return restored
 
     def _absent(self, name: str, grid: Grid) -> list[int]:
-        """The cuboids a resident supercuboid lacks (the first step of a restore)."""
+        """The cuboids a resident supercuboid lacks now (see `_lacking`)."""
         return self._cache.absent(name, range(grid.cuboid_count))
 
     def _fill(self, name: str, restored: Mapping[int, Blob], run: str) -> None:

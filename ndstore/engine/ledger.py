@@ -20,7 +20,18 @@ disagree with the ledger, `assess` says what was lost:
 
 Lost supercuboids are refused (DataLost, 503 naming them) until an operator accepts the loss.
 A ledger that is not final cannot name writes made after its last copy (at most one round of
-the daemon before the loss): the report says so, with the time.
+the daemon before the loss): the report says so, with the time, and never says that nothing
+was lost.
+
+The record (the NDBlaze buffer's): a ledger copied by the merger names nothing written while no
+merger ran. So each NDBlaze write is also recorded, before it is acknowledged, in the cache's
+Redis (`Record`: supercuboid -> seq of its newest write, and the buffer's run it describes);
+the merger drops what it merged. The record is checked in place of the ledger whenever it
+exists: it lists every acknowledged write, so a buffer that came back empty or is another
+Redis is found with every supercuboid it may have held named, with no window. A write whose run
+is not the record's is not acknowledged (the record is rebuilt from the buffer, or the buffer
+was checked since it was taken: 503, retry). Without a record (the cache's Redis lost it too)
+the ledger decides, as above.
 """
 
 from __future__ import annotations
@@ -29,10 +40,10 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ndstore.core.observe import NULL, Observer
 from ndstore.storage.interfaces import Held, Holdings, ObjectStore
@@ -78,15 +89,19 @@ class Verdict:
     unnamed_since: float | None  # writes after this time could not be named (the ledger was not final)
 
     def report(self, what: str) -> str:
+        """What was lost; "no write was lost" only when the account checked against was complete."""
         names = sorted(self.lost)
         shown = ", ".join(names[:NAMES_IN_MESSAGES]) + (f" and {len(names) - NAMES_IN_MESSAGES} more"
                                                          if len(names) > NAMES_IN_MESSAGES else "")
         text = f"the {what} Redis {self.why}: "
-        text += f"{len(names)} supercuboids lost acknowledged writes ({shown})" if names else "no write was lost"
+        if names:
+            text += f"{len(names)} supercuboids lost acknowledged writes ({shown})"
+        else:
+            text += "no write was lost" if self.unnamed_since is None else "its ledger names no supercuboid lost"
         if self.unnamed_since is not None:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.unnamed_since))
-            text += (f"; writes acknowledged after {when} (its last ledger copy, one daemon round before the loss "
-                     "at most) could not be named")
+            text += (f"; writes acknowledged after {when} (its last ledger copy) could not be checked and may "
+                     "be lost too")
         return text
 
 
@@ -118,6 +133,17 @@ class LedgerBook:
         self.objects.put_many({self.key: ledger.to_json()})
 
 
+class Record(Protocol):
+    """The record of a Redis's acknowledged writes, written before each is acknowledged, in
+    another store (the NDBlaze buffer's, in the cache's Redis: CacheTier)."""
+
+    def buffered_record(self) -> tuple[str | None, dict[str, int]]:
+        """(the run it describes, None when there is no record; name -> newest recorded seq)."""
+
+    def sync_buffered(self, run: str, seq: int, held: Mapping[str, int]) -> None:
+        """Bring it to what the Redis holds (its run, counter and account)."""
+
+
 class LedgerKeeper:
     """Keeps one Redis's ledger: `verify` it against the ledger (whoever finds it unchecked,
     and the daemon at start), `keep` the ledger up to date (the daemon that drains it, every round
@@ -127,7 +153,7 @@ class LedgerKeeper:
     def __init__(self, what: str, holdings: Holdings, book: LedgerBook,
                  lock: Callable[[], AbstractContextManager[None]], drop_all_but: Callable[[frozenset[str]], object],
                  refuse: Callable[[dict[str, str]], None], refused: Callable[[], dict[str, str]],
-                 clock: Callable[[], float] = time.time, observer: Observer = NULL):
+                 clock: Callable[[], float] = time.time, observer: Observer = NULL, record: Record | None = None):
         self.what = what
         self.holdings = holdings
         self.book = book
@@ -137,6 +163,7 @@ class LedgerKeeper:
         self.refused = refused  # what is marked lost now (recorded in this ledger too)
         self.clock = clock
         self.observer = observer
+        self.record = record  # checked in place of the ledger when there is one (see the module's docstring)
         self.mirrored: Ledger | None = None  # the ledger as this process last wrote or read it
 
     def verify(self) -> Verdict | None:
@@ -148,27 +175,45 @@ class LedgerKeeper:
 
     def _verify(self) -> Verdict | None:
         held, ledger = self.holdings.held(), self.book.read()
-        verdict = assess(ledger, held)
+        account = self._account(ledger)
+        verdict = assess(account, held)
         if verdict is None:
             if held.epoch is None:
                 self.holdings.start_epoch(new_epoch(), held.seq)
-            if ledger is None or held.epoch is None:
+            if ledger is None or held.epoch is None or ledger.epoch != held.epoch:
                 self._write(final=False)
             else:
                 self.mirrored = ledger
+            self._sync()
             return None
-        assert ledger is not None
+        assert account is not None
         self.holdings.clear_epoch()  # writers refuse while what is not intact is dropped
         self.drop_all_but(verdict.keep)
         found = time.strftime("%Y-%m-%d %H:%M:%S")
         why = f"the {self.what} Redis {verdict.why} (found {found})"
-        self.refuse({**ledger.lost, **dict.fromkeys(verdict.lost, why)})
-        self.holdings.start_epoch(new_epoch(), max(held.seq, ledger.seq))
+        self.refuse({**(ledger.lost if ledger else {}), **dict.fromkeys(verdict.lost, why)})
+        self.holdings.start_epoch(new_epoch(), max(held.seq, account.seq, ledger.seq if ledger else 0))
         self._write(final=False)
+        self._sync()
         log.log(logging.ERROR if verdict.lost else logging.WARNING,
                 "%s; `ndstore recover` lists the lost supercuboids and accepts the loss", verdict.report(self.what))
         self.observer.count("losses_total", len(verdict.lost), redis=self.what)
         return verdict
+
+    def _account(self, ledger: Ledger | None) -> Ledger | None:
+        """What the Redis is checked against: the record when there is one (complete: taken as a
+        final ledger), else the ledger."""
+        run, recorded = self.record.buffered_record() if self.record is not None else (None, {})
+        if run is None:
+            return ledger
+        return Ledger(run, max(recorded.values(), default=0), recorded, self.clock(), final=True)
+
+    def _sync(self, held: Held | None = None) -> None:
+        """The record (if any) brought to what the checked Redis holds."""
+        if self.record is not None:
+            held = held or self.holdings.held()
+            assert held.epoch is not None, "a record describes a checked run"
+            self.record.sync_buffered(held.epoch, held.seq, held.unflushed)
 
     def check(self) -> None:
         """Verify the Redis if it is not the run this process last saw, or came back short: a
@@ -189,6 +234,7 @@ class LedgerKeeper:
             if final or last is None or last.final or (held.epoch, held.seq, held.unflushed, self.refused()) != (
                     last.epoch, last.seq, last.unflushed, last.lost):
                 self._write(final, held)
+            self._sync(held)
 
     def record_refused(self) -> None:
         """Write the ledger now, with what is marked lost (after an operator or a loss changed it)."""

@@ -50,9 +50,11 @@ def merge_now(master: str | None = None) -> MergeResult:
     svc = services()
     spark = spark_session(master or svc.config.spark_master)
     try:
-        return merge_round(spark, svc.blaze_buffer, partial(merger_for, svc.config))
+        result = merge_round(spark, svc.blaze_buffer, partial(merger_for, svc.config))
     finally:
         spark.stop()
+    svc.blaze_ledger.keep()  # the ledger and the record of NDBlaze writes, as the merger daemon's round ends
+    return result
 
 
 def run_merger() -> int:

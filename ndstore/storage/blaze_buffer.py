@@ -50,8 +50,8 @@ local unchecked = redis.call('EXISTS', 'blz:epoch') == 0
 if unchecked or (pending > 0 and pending + size > tonumber(ARGV[2])) then
   redis.call('DEL', KEYS[1])
   for i = 0, parts - 1 do redis.call('DEL', KEYS[1] .. ':' .. i) end
-  if unchecked then return -2 end
-  return -1
+  if unchecked then return {-2} end
+  return {-1}
 end
 local seq = redis.call('INCR', KEYS[2])
 local key = string.format('blz:blob:%016d', seq)
@@ -69,7 +69,7 @@ for i = 4, #ARGV do
   redis.call('ZADD', 'blz:sc:' .. ARGV[i], seq, seq)
   redis.call('ZADD', KEYS[4], 'NX', seq, ARGV[i])
 end
-return seq
+return {seq, redis.call('GET', 'blz:epoch')}
 """
 _RELEASE = """
 local released = 0
@@ -135,6 +135,12 @@ class RedisBlazeBuffer:
     def append(self, header: bytes, body: bytes, names: Sequence[str]) -> int:
         """Store one body under every supercuboid name it touches; returns its sequence number.
         Raises BufferFull when the pending bytes would pass the limit (nothing is stored)."""
+        return self.append_in_run(header, body, names)[0]
+
+    def append_in_run(self, header: bytes, body: bytes, names: Sequence[str]) -> tuple[int, str]:
+        """`append`, returning its sequence number and the mark of the checked run that took it
+        (`blz:epoch`), read in the same step: what the record of the write names (see
+        ndstore/engine/ledger.py)."""
         tmp = f"blz:new:{secrets.token_hex(8)}"
         view = memoryview(body)
         parts = [view[i:i + PART_BYTES] for i in range(0, len(body), PART_BYTES)] or [view]
@@ -148,7 +154,7 @@ class RedisBlazeBuffer:
         pipe.eval(_APPEND, 5, tmp, "blz:seq", "blz:bytes", "blz:pending", "blz:count",
                   len(body), self.max_pending_bytes, len(parts), *names)
         try:
-            seq = int(pipe.execute()[-1])
+            seq, *run = pipe.execute()[-1]
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             raise StorageError(f"the NDBlaze buffer did not answer ({exc}); the write may not have been stored: "
                                "retry it") from exc
@@ -161,7 +167,7 @@ class RedisBlazeBuffer:
         if seq < 0:
             raise BufferFull(f"the NDBlaze buffer holds more than {self.max_pending_bytes} bytes awaiting merge; "
                              "retry after the next merge")
-        return seq
+        return int(seq), run[0].decode()
 
     # -- the read and merge paths ------------------------------------------------------------
     @_storage_errors
@@ -237,6 +243,12 @@ class RedisBlazeBuffer:
         epoch, seq, pairs = self._held(keys=[], args=[])
         return Held(epoch.decode() if epoch else None, int(seq or 0),
                     {pairs[i].decode(): int(pairs[i + 1]) for i in range(0, len(pairs), 2)})
+
+    @_storage_errors
+    def mark(self) -> str | None:
+        """The mark of the checked run (`blz:epoch`), None without one: one GET."""
+        epoch: bytes | None = self.client.get("blz:epoch")  # type: ignore[assignment]
+        return epoch.decode() if epoch else None
 
     @_storage_errors
     def start_epoch(self, epoch: str, seq: int) -> None:

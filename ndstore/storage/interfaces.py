@@ -160,9 +160,10 @@ class CuboidCache(Holdings, Protocol):
 
     def count(self) -> tuple[int, int]: ...
 
-    def loss_marks(self, names: Sequence[str]) -> tuple[str | None, dict[str, str]]:
+    def loss_marks(self, names: Sequence[str]) -> tuple[str | None, dict[str, str], str | None]:
         """(the epoch mark of this checked run, None when there is none; why each of ``names``
-        that is marked lost was lost)."""
+        that is marked lost was lost; the NDBlaze run the record of NDBlaze writes describes when
+        one of ``names`` is in it, "" when there is no record, None otherwise), one round trip."""
 
     def mark_lost(self, reasons: Mapping[str, str]) -> None: ...
 
@@ -170,6 +171,24 @@ class CuboidCache(Holdings, Protocol):
         """Every supercuboid marked lost, with why."""
 
     def forget_lost(self, names: Sequence[str]) -> None: ...
+
+    # The record of NDBlaze writes, kept in this store (ndstore/engine/ledger.py, "the record"):
+    def record_buffered(self, run: str, seqs: Mapping[str, int]) -> bool:
+        """Record each supercuboid's newest NDBlaze write (its seq), taken in the buffer's ``run``;
+        False (nothing recorded) when the record describes another run or none."""
+
+    def forget_buffered(self, seqs: Mapping[str, int]) -> None:
+        """Merged up to these seqs: each name recorded no later is dropped."""
+
+    def sync_buffered(self, run: str, seq: int, held: Mapping[str, int]) -> None:
+        """The record brought to what the buffer holds in ``run`` (its counter ``seq``, its
+        names' newest seqs); started afresh when it described another run."""
+
+    def buffered(self) -> tuple[str | None, dict[str, int]]:
+        """(the run the record describes, None without a record; name -> recorded seq)."""
+
+    def drop_buffered(self) -> None:
+        """Drop the record (it may be as short as this store): rebuilt from the buffer."""
 
 
 # -- work queues (ingest and downsample tasks) ------------------------------------------------
@@ -357,6 +376,12 @@ class BlazeBuffer(Holdings, Protocol):
     def append(self, header: bytes, body: bytes, names: Sequence[str]) -> int:
         """Store one body under every supercuboid name; returns its sequence number. Raises
         BufferFull past the limit (nothing stored), StorageError when the buffer is away."""
+
+    def append_in_run(self, header: bytes, body: bytes, names: Sequence[str]) -> tuple[int, str]:
+        """`append`, with the mark of the checked run that took it (one step)."""
+
+    def mark(self) -> str | None:
+        """The mark of its checked run; None when there is none (it restarted empty, unchecked)."""
 
     def pending_seqs(self, names: Sequence[str]) -> dict[str, list[int]]:
         """The pending seqs of each name, ascending, as one atomic snapshot."""

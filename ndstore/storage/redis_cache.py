@@ -7,6 +7,9 @@
   {ndc:dirty}:seq    the writes numbered so far; {ndc:dirty}:seqs hash N -> seq of its newest
                      unflushed write; {ndc:dirty}:epoch the mark of the run whose holdings were
                      checked; {ndc:dirty}:lost hash N -> why it was lost (ndstore/engine/ledger.py)
+  {ndc:dirty}:buffered      hash N -> seq of its newest NDBlaze write recorded before its answer
+                            and not known merged; {ndc:dirty}:buffered-run the NDBlaze buffer's
+                            run (its mark) that record describes (ndstore/engine/ledger.py)
 N is a supercuboid's name (its volume partition and Morton code); the braces make it the hash
 tag, so on Redis Cluster a supercuboid's cuboids live on one node, and the loss bookkeeping with
 the dirty set. Every cuboid blob is stored with its xxh3-64 digest (field `#<number>`), checked on
@@ -33,6 +36,8 @@ SEQ = "{ndc:dirty}:seq"  # the {ndc:dirty} tag puts these in DIRTY's slot: one s
 SEQS = "{ndc:dirty}:seqs"
 EPOCH = "{ndc:dirty}:epoch"
 LOST = "{ndc:dirty}:lost"
+BUFFERED = "{ndc:dirty}:buffered"
+BUFFERED_RUN = "{ndc:dirty}:buffered-run"
 REFUSED = "ndc:refused"  # set and removed within one refused store's transaction (_ASIDE): never seen
 UNVERIFIED = "UNVERIFIED"
 STALE_RUN = "STALE_RUN"
@@ -128,31 +133,34 @@ return 1"""
 # through Lua: 16 cuboids through a script cost twice the locked read). 1 when the Redis is checked
 # (EPOCH), no supercuboid is marked lost, each is resident and no writer holds its lock (a writer
 # between its steps: a write, a page-in, an eviction, a direct write); else 0 and the caller
-# drops what the HMGETs read. KEYS: EPOCH, LOST, INDEX, then each one's writer-lock key; ARGV:
-# the supercuboids' names.
+# drops what the HMGETs read. A supercuboid with an NDBlaze write recorded (BUFFERED) takes the
+# locked path too, whose `guard` checks first that the NDBlaze buffer did not lose it. KEYS:
+# EPOCH, LOST, INDEX, BUFFERED, then each one's writer-lock key; ARGV: the supercuboids' names.
 _SNAPSHOT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 for i = 1, #ARGV do
   if redis.call('HEXISTS', KEYS[2], ARGV[i]) == 1 or not redis.call('ZSCORE', KEYS[3], ARGV[i])
-      or redis.call('EXISTS', KEYS[3 + i]) == 1 then return 0 end
+      or redis.call('HEXISTS', KEYS[4], ARGV[i]) == 1 or redis.call('EXISTS', KEYS[4 + i]) == 1 then return 0 end
 end
 return 1"""
 # A write made without locks (CacheTier.write) is applied only if nothing it relied on changed
 # since its snapshot: the Redis is checked, no supercuboid is lost, each is resident, no one holds
 # its lock (a writer between its steps, or a reader: the flusher writes back under a read lock and
 # then clears the dirty mark, which must not forget this write), and each partly covered cuboid it
-# merged into still has the digest it read. `commit_unlocked` sends one MULTI: _CHECK_COMMIT, the
-# HSETs of the new cuboids, _FINISH_COMMIT (see _ASIDE). KEYS: EPOCH, LOST, INDEX, REFUSED, then per
-# supercuboid its hash, its lock's readers and writer, where its hash is moved aside; ARGV: per
-# supercuboid its name, the count of digests expected and (field, digest) pairs.
+# merged into still has the digest it read, and no NDBlaze write to it is recorded (as _SNAPSHOT).
+# `commit_unlocked` sends one MULTI: _CHECK_COMMIT, the HSETs of the new cuboids, _FINISH_COMMIT
+# (see _ASIDE). KEYS: EPOCH, LOST, INDEX, REFUSED, BUFFERED, then per supercuboid its hash, its
+# lock's readers and writer, where its hash is moved aside; ARGV: per supercuboid its name, the
+# count of digests expected and (field, digest) pairs.
 _CHECK_COMMIT = _ASIDE + """
 local ok = redis.call('EXISTS', KEYS[1]) == 1
 local at = 1
-local count = (#KEYS - 4) / 4
+local count = (#KEYS - 5) / 4
 for i = 1, count do
-  local b = 4 + 4 * (i - 1)
+  local b = 5 + 4 * (i - 1)
   local name = ARGV[at]
   if ok and (redis.call('HEXISTS', KEYS[2], name) == 1 or not redis.call('ZSCORE', KEYS[3], name)
+      or redis.call('HEXISTS', KEYS[5], name) == 1
       or redis.call('EXISTS', KEYS[b + 3]) == 1 or redis.call('ZCARD', KEYS[b + 2]) > 0) then ok = false end
   local expected = tonumber(ARGV[at + 1])
   for j = 0, expected - 1 do
@@ -163,7 +171,7 @@ end
 if ok then return 1 end
 local hashes = {}
 for i = 1, count do
-  local b = 4 + 4 * (i - 1)
+  local b = 5 + 4 * (i - 1)
   table.insert(hashes, KEYS[b + 1])
   table.insert(hashes, KEYS[b + 4])
 end
@@ -219,6 +227,49 @@ for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', ARGV[1], ARGV[i]) end
 return 1"""
 _HELD = """
 return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3])}"""
+# The record of NDBlaze writes (ndstore/engine/ledger.py, "The record"). _RECORD: each name's
+# newest seq, only while the record describes the run the write was taken in (0: it describes
+# another, or none). KEYS: BUFFERED, BUFFERED_RUN; ARGV: the run, then (name, seq) pairs.
+_RECORD = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+for i = 2, #ARGV, 2 do
+  if tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0') < tonumber(ARGV[i + 1]) then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+return 1"""
+# Merged up to a seq: a name whose recorded seq is no later is dropped (a later write keeps it).
+# KEYS: BUFFERED; ARGV: (name, seq) pairs.
+_FORGET = """
+for i = 1, #ARGV, 2 do
+  local seq = redis.call('HGET', KEYS[1], ARGV[i])
+  if seq and tonumber(seq) <= tonumber(ARGV[i + 1]) then redis.call('HDEL', KEYS[1], ARGV[i]) end
+end
+return 1"""
+# The record brought to what the buffer holds: started afresh for another run; a name recorded
+# no later than the buffer's counter ``seq`` that the buffer no longer holds is merged (dropped);
+# each held one at least at its held seq. A name recorded later than ``seq`` stays: its write
+# came after the buffer's account was read. KEYS: BUFFERED, BUFFERED_RUN; ARGV: run, seq, then
+# the held (name, seq) pairs.
+_SYNC = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('SET', KEYS[2], ARGV[1])
+end
+local held = {}
+for i = 3, #ARGV, 2 do held[ARGV[i]] = tonumber(ARGV[i + 1]) end
+local recorded = redis.call('HGETALL', KEYS[1])
+for i = 1, #recorded, 2 do
+  if tonumber(recorded[i + 1]) <= tonumber(ARGV[2]) and not held[recorded[i]] then
+    redis.call('HDEL', KEYS[1], recorded[i])
+  end
+end
+for name, seq in pairs(held) do
+  if tonumber(redis.call('HGET', KEYS[1], name) or '0') < seq then redis.call('HSET', KEYS[1], name, seq) end
+end
+return 1"""
+_BUFFERED = """
+return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[1])}"""
 _START = """
 redis.call('SET', KEYS[1], ARGV[1])
 if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
@@ -287,6 +338,10 @@ class RedisCuboidCache:
         self._clean = client.register_script(_CLEAN)
         self._held = client.register_script(_HELD)
         self._start = client.register_script(_START)
+        self._record = client.register_script(_RECORD)
+        self._forget = client.register_script(_FORGET)
+        self._sync = client.register_script(_SYNC)
+        self._buffered = client.register_script(_BUFFERED)
 
     def resident(self, names: Sequence[str]) -> list[bool]:
         if not names:
@@ -318,7 +373,7 @@ class RedisCuboidCache:
             return None
         names = list(wanted)
         pipe = self._redis.pipeline(transaction=True)
-        pipe.eval(_SNAPSHOT, 3 + len(names), EPOCH, LOST, INDEX, *(writer_keys[n] for n in names), *names)
+        pipe.eval(_SNAPSHOT, 4 + len(names), EPOCH, LOST, INDEX, BUFFERED, *(writer_keys[n] for n in names), *names)
         asked = [name for name in names if wanted[name]]
         for name in asked:
             pipe.hmget(_hash(name), _fields(wanted[name]))
@@ -337,7 +392,7 @@ class RedisCuboidCache:
         still have those digests (see _CHECK_COMMIT); one round trip. False: nothing was stored."""
         if self._cluster:
             return False
-        check_keys: list[str] = [EPOCH, LOST, INDEX, REFUSED]
+        check_keys: list[str] = [EPOCH, LOST, INDEX, REFUSED, BUFFERED]
         check_args: list[Any] = []
         finish_keys: list[str] = [INDEX, DIRTY, SEQ, SEQS, REFUSED]
         for name in blobs:
@@ -507,14 +562,22 @@ class RedisCuboidCache:
     def clear_epoch(self) -> None:
         self._do(lambda: self._redis.delete(EPOCH))
 
-    def loss_marks(self, names: Sequence[str]) -> tuple[str | None, dict[str, str]]:
+    def loss_marks(self, names: Sequence[str]) -> tuple[str | None, dict[str, str], str | None]:
         pipe = self._redis.pipeline(transaction=False)
         pipe.get(EPOCH)
         if names:
             pipe.hmget(LOST, list(names))
-        run, *why = self._do(pipe.execute)
-        return run.decode() if run else None, {n: w.decode() for n, w in zip(names, why[0] if why else [])
-                                                if w is not None}
+            pipe.get(BUFFERED_RUN)
+            pipe.hmget(BUFFERED, list(names))
+        run, *rest = self._do(pipe.execute)
+        why, buffered_run, recorded = rest if rest else ([], None, [])
+        lost = {n: w.decode() for n, w in zip(names, why) if w is not None}
+        buffered: str | None = None
+        if names and buffered_run is None:
+            buffered = ""  # no record: to be rebuilt from the buffer
+        elif any(r is not None for r in recorded):
+            buffered = buffered_run.decode()
+        return run.decode() if run else None, lost, buffered
 
     def mark_lost(self, reasons: Mapping[str, str]) -> None:
         if reasons:
@@ -527,6 +590,27 @@ class RedisCuboidCache:
     def forget_lost(self, names: Sequence[str]) -> None:
         if names:
             self._do(lambda: self._redis.hdel(LOST, *names))
+
+    # -- the record of NDBlaze writes (ndstore/engine/ledger.py) --------------------------------
+    def record_buffered(self, run: str, seqs: Mapping[str, int]) -> bool:
+        args = [run, *(v for name, seq in seqs.items() for v in (name, seq))]
+        return bool(self._do(lambda: self._record(keys=[BUFFERED, BUFFERED_RUN], args=args)))
+
+    def forget_buffered(self, seqs: Mapping[str, int]) -> None:
+        if seqs:
+            args = [v for name, seq in seqs.items() for v in (name, seq)]
+            self._do(lambda: self._forget(keys=[BUFFERED], args=args))
+
+    def sync_buffered(self, run: str, seq: int, held: Mapping[str, int]) -> None:
+        args = [run, seq, *(v for name, s in held.items() for v in (name, s))]
+        self._do(lambda: self._sync(keys=[BUFFERED, BUFFERED_RUN], args=args))
+
+    def buffered(self) -> tuple[str | None, dict[str, int]]:
+        run, pairs = self._do(lambda: self._buffered(keys=[BUFFERED, BUFFERED_RUN]))
+        return run.decode() if run else None, {pairs[i].decode(): int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+
+    def drop_buffered(self) -> None:
+        self._do(lambda: self._redis.delete(BUFFERED, BUFFERED_RUN))
 
     @staticmethod
     def _do(fn: Callable[[], Any]) -> Any:

@@ -10,6 +10,7 @@ stays served and is written back; damaged cached bytes are never decoded.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from blaze.tier import BlazeTier, buffer_ledger
 from ndstore.core.errors import DataLost
 from ndstore.core.geometry import Box
 from ndstore.engine.cache_tier import CacheTier
-from ndstore.engine.direct import CoherentDirect
+from ndstore.engine.direct import CoherentDirect, RawReads
 from ndstore.engine.ledger import LEDGER_KEYS, Ledger
 from ndstore.engine.volume import Cutout, make_cutout
 from ndstore.ops.localstack import free_port, start_redis
@@ -265,3 +266,227 @@ def test_a_supercuboid_written_back_by_a_direct_write_is_not_named_lost(tmp_path
     redis.Redis.from_url(server.url).flushall()  # the Redis loses its data before the next round
     np.testing.assert_array_equal(tier.read(cut(Q)), full(Q, 9))
     assert tier.lost() == {}
+
+
+@dataclass
+class BufferedStack:
+    """A cache tier and an NDBlaze tier on redis-servers of their own, started as a process of the
+    service starts (checked against their ledgers, as `ndstore_prepare` does); no merger runs."""
+
+    cache_server: OwnRedis
+    blaze_server: OwnRedis
+    cache: CacheTier
+    buffer: RedisBlazeBuffer
+    tier: BlazeTier
+
+    @classmethod
+    def start(cls, root: Path, cache_server: OwnRedis, blaze_server: OwnRedis) -> BufferedStack:
+        cache = make_cache_tier(root, cache_server.url)
+        buffer = RedisBlazeBuffer(redis_client.connect(blaze_server.url), 1 << 30)
+        ledger = buffer_ledger(buffer, cache)
+        ledger.verify()
+        return cls(cache_server, blaze_server, cache, buffer, BlazeTier(buffer, CoherentDirect(cache), ledger))
+
+    def lose_the_buffer(self) -> None:
+        """The NDBlaze redis-server killed, its AOF deleted (the mistaken cleanup), started again."""
+        self.blaze_server.kill()
+        shutil.rmtree(self.blaze_server.aof_dir)
+        self.blaze_server.start()
+
+
+READS: dict[str, Any] = {  # every path that reads the cache tier's supercuboids, by name
+    "cache": lambda s, box: s.cache.read(cut(box)),
+    "small cache (lock-free)": lambda s, box: s.cache.read(cut(Box(box.lo, (box.lo[0] + 8, box.lo[1] + 8, 2)))),
+    "direct and no_cache": lambda s, box: CoherentDirect(s.cache).read(cut(box)),
+    "blaze": lambda s, box: s.tier.read(cut(box)),
+}
+
+
+@pytest.mark.parametrize("first", list(READS))
+def test_ndblaze_writes_taken_with_no_merger_are_refused_on_every_path_once_the_buffer_comes_back_empty(
+        tmp_path: Path, own_redis: Any, first: str) -> None:
+    """Issue 47, item 7: no merger ever ran, so its ledger never listed these writes, and every
+    path answered 200 with zeros, the log saying "no write was lost". Each write is now recorded
+    in the cache's Redis before its 201; whichever path comes first finds the loss."""
+    s = BufferedStack.start(tmp_path, own_redis("cache"), own_redis("blaze"))
+    s.cache.write(cut(R), full(R, 5))  # through the cache: not the buffer's to lose
+    for box, value in ((P, 3), (Q, 4)):
+        s.tier.write(cut(box), full(box, value))  # acknowledged, pending, never merged
+    np.testing.assert_array_equal(s.tier.read(cut(Q)), full(Q, 4))
+    lost = sorted([name_of(P), name_of(Q)])
+
+    s.lose_the_buffer()
+
+    with pytest.raises(DataLost, match="the blaze Redis came back without its data") as refused:
+        READS[first](s, Q)
+    assert refused.value.names == [name_of(Q)]
+    for read in READS.values():
+        for box in (P, Q):
+            with pytest.raises(DataLost):
+                read(s, box)
+    np.testing.assert_array_equal(s.cache.read(cut(R)), full(R, 5))  # nothing lost there
+    np.testing.assert_array_equal(RawReads(s.cache).read(cut(Q)), full(Q, 0))  # raw: the base tier as it is
+    for write in (lambda: s.cache.write(cut(Q), full(Q, 1)), lambda: s.tier.write(cut(P), full(P, 1))):
+        with pytest.raises(DataLost):
+            write()
+    assert sorted(s.cache.lost()) == lost
+
+    # a process started afterwards (the next `ndstore up`) refuses them too
+    again = BufferedStack.start(tmp_path, s.cache_server, s.blaze_server)
+    with pytest.raises(DataLost):
+        again.tier.read(cut(P))
+    again.cache.accept_loss(lost)  # `ndstore recover --accept-loss`
+    for read in READS.values():
+        assert not read(s, Q).any()  # served again, as the base tier holds it
+    s.tier.write(cut(Q), full(Q, 6))
+    np.testing.assert_array_equal(s.tier.read(cut(Q)), full(Q, 6))
+
+
+def test_a_buffer_checked_at_start_after_it_came_back_empty_names_every_acknowledged_write(
+        tmp_path: Path, own_redis: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The whole stack down and the buffer's AOF deleted: the start's check names every write
+    taken since the last merge, the last one acknowledged included (no window), in its log."""
+    s = BufferedStack.start(tmp_path, own_redis("cache"), own_redis("blaze"))
+    s.tier.write(cut(P), full(P, 3))
+    Merger(s.buffer, s.cache).merge(s.buffer.pending_names())  # P merged: nothing of it to lose
+    s.tier.write(cut(Q), full(Q, 4))  # the last write before the crash
+    s.cache_server.kill()
+    s.blaze_server.kill()
+    shutil.rmtree(s.blaze_server.aof_dir)
+    s.cache_server.start()
+    s.blaze_server.start()
+
+    with caplog.at_level(logging.ERROR, "ndstore.engine.ledger"):
+        again = BufferedStack.start(tmp_path, s.cache_server, s.blaze_server)
+    assert sorted(again.cache.lost()) == [name_of(Q)]
+    [said] = [r.getMessage() for r in caplog.records]
+    assert "1 supercuboids lost acknowledged writes" in said and name_of(Q) in said
+    assert "could not be checked" not in said
+    np.testing.assert_array_equal(again.tier.read(cut(P)), full(P, 3))
+
+
+def test_a_record_the_cache_redis_lost_is_rebuilt_from_the_buffer(tmp_path: Path, own_redis: Any) -> None:
+    """The cache Redis loses the record (it came back empty) while the buffer keeps its writes:
+    the next write, or the next request on a recorded supercuboid, rebuilds it from the buffer,
+    so a later loss of the buffer still names them."""
+    s = BufferedStack.start(tmp_path, own_redis("cache"), own_redis("blaze"))
+    s.tier.write(cut(P), full(P, 3))
+    redis.Redis.from_url(s.cache_server.url).flushall()  # the record is gone with everything else
+    s.tier.write(cut(Q), full(Q, 4))  # finds no record: the buffer is checked, the record rebuilt
+    s.lose_the_buffer()
+    with pytest.raises(DataLost) as refused:
+        s.cache.read(cut(Box((0, 0, 0), (2 * SC[0], SC[1], SC[2]))))
+    assert refused.value.names == sorted([name_of(P), name_of(Q)])
+
+
+def test_when_both_redis_servers_lost_the_record_the_loss_report_never_says_nothing_was_lost(
+        tmp_path: Path, own_redis: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Without a record (the cache's Redis lost it too) the buffer is checked against its ledger,
+    which names nothing written after its last copy: the report says that it could not check
+    them, never that no write was lost."""
+    s = BufferedStack.start(tmp_path, own_redis("cache"), own_redis("blaze"))
+    s.tier.write(cut(Q), full(Q, 4))
+    for server in (s.cache_server, s.blaze_server):
+        server.kill()
+        shutil.rmtree(server.aof_dir)
+        server.start()
+    with caplog.at_level(logging.WARNING, "ndstore.engine.ledger"):
+        BufferedStack.start(tmp_path, s.cache_server, s.blaze_server)
+    said = " ".join(r.getMessage() for r in caplog.records if "blaze Redis" in r.getMessage())
+    assert "could not be checked and may be lost too" in said
+    assert "no write was lost" not in said
+
+
+def test_a_write_whose_buffer_was_checked_before_it_was_recorded_is_not_acknowledged(
+        tmp_path: Path, own_redis: Any) -> None:
+    """The buffer loses its data and is checked (by another request) after a write was appended
+    and before it was recorded: the record now describes the buffer's new run, and the write,
+    gone with the old one, is answered 503 (retry), never 201."""
+    import threading
+
+    from ndstore.core.errors import RedisUnverified
+
+    s = BufferedStack.start(tmp_path, own_redis("cache"), own_redis("blaze"))
+    real = s.cache.record_buffered
+    appended, go = threading.Event(), threading.Event()
+
+    def held(run: str, seqs: Any) -> bool:
+        appended.set()
+        assert go.wait(30), "the test never let the write go on"
+        return real(run, seqs)
+
+    s.cache.record_buffered = held  # type: ignore[method-assign]
+    outcome: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            s.tier.write(cut(Q), full(Q, 4))
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - the test's thread reports it
+            outcome.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert appended.wait(30)
+    s.lose_the_buffer()
+    s.tier.ledger.verify()  # another request finds the buffer unchecked: nothing recorded was lost
+    go.set()
+    writer.join(30)
+    assert isinstance(outcome[0], RedisUnverified) and "retry" in str(outcome[0])
+    assert s.cache.lost() == {}
+    s.tier.write(cut(Q), full(Q, 5))  # the retry
+    np.testing.assert_array_equal(s.tier.read(cut(Q)), full(Q, 5))
+
+
+def test_the_record_of_ndblaze_writes_in_the_cache_redis(redis_url: str) -> None:
+    """The adapter's side (ndstore/storage/redis_cache.py, _RECORD, _FORGET, _SYNC): a write is
+    recorded only in the run the record describes, the latest seq wins; a merge drops a name
+    only up to the seq it merged; a sync drops what the buffer no longer holds up to its
+    counter, keeps later writes, and starts afresh for another run; a lock-free read of a
+    recorded supercuboid declines (its buffer is checked on the locked path)."""
+    from ndstore.storage.redis_cache import RedisCuboidCache
+    from ndstore.storage.rwlock import lock_keys
+
+    redis.Redis.from_url(redis_url).flushdb()
+    cache = RedisCuboidCache(redis_client.connect(redis_url))
+    assert cache.buffered() == (None, {}) and not cache.record_buffered("run-a", {"a": 1})
+    assert cache.loss_marks(["a"])[2] == ""  # no record: to be rebuilt
+    cache.sync_buffered("run-a", 0, {})
+    assert cache.record_buffered("run-a", {"a": 3, "b": 3}) and cache.record_buffered("run-a", {"a": 2, "c": 4})
+    assert not cache.record_buffered("run-b", {"d": 5})
+    assert cache.buffered() == ("run-a", {"a": 3, "b": 3, "c": 4})
+    assert cache.loss_marks(["a", "x"])[2] == "run-a" and cache.loss_marks(["x"])[2] is None
+    cache.forget_buffered({"a": 2, "b": 3})  # a has a write after the merged seq 2: kept
+    assert cache.buffered()[1] == {"a": 3, "c": 4}
+    cache.record_buffered("run-a", {"e": 9})  # recorded after the buffer's account below was read
+    cache.sync_buffered("run-a", 8, {"c": 6})  # a merged (not held, 3 <= 8); c held
+    assert cache.buffered()[1] == {"c": 6, "e": 9}
+    cache.sync_buffered("run-b", 10, {"f": 10})
+    assert cache.buffered() == ("run-b", {"f": 10})
+
+    cache.start_epoch("cache-run", 0)
+    cache.put("f", {0: b"x"}, 1.0, dirty=False)
+    cache.put("g", {0: b"y"}, 1.0, dirty=False)
+    assert cache.read_unlocked({"g": [0]}, {"g": lock_keys("g")[1]}, 2.0) == {"g": [b"y"]}
+    assert cache.read_unlocked({"f": [0]}, {"f": lock_keys("f")[1]}, 2.0) is None
+    assert cache.commit_unlocked({"g": {1: b"z"}}, {}, {"g": lock_keys("g")}, 3.0)
+    assert not cache.commit_unlocked({"f": {1: b"z"}}, {}, {"f": lock_keys("f")}, 3.0)  # nor does a write
+    assert cache.get_many({"f": [1]})["f"] == [None]
+    cache.drop_buffered()
+    assert cache.buffered() == (None, {})
+
+
+def test_without_a_record_a_buffer_that_is_down_does_not_stop_the_cache_path(tmp_path: Path, own_redis: Any) -> None:
+    """No record (the cache's Redis lost it) and the buffer down: a request on the cache path
+    tries to rebuild the record, cannot, and is served as without NDBlaze; the first request once
+    the buffer is back rebuilds it."""
+    s = BufferedStack.start(tmp_path, own_redis("cache"), own_redis("blaze"))
+    s.cache.write(cut(R), full(R, 5))
+    s.tier.write(cut(Q), full(Q, 4))
+    s.cache._cache.drop_buffered()  # type: ignore[attr-defined]  # as the cache's own check does on a loss
+    s.blaze_server.kill()
+    whole = Box((0, 0, 0), (2 * SC[0], 2 * SC[1], SC[2]))  # not all resident: the locked path, which guards
+    assert s.cache.read(cut(whole))[0][R.slices_zyx()].min() == 5
+    s.blaze_server.start()
+    s.cache.read(cut(whole))
+    assert s.cache.buffered_record()[1] == {name_of(Q): 1}  # its seq, the first write the buffer took
