@@ -252,7 +252,7 @@ def _upload_batch(client: IngestClient, store: requests.Session, shape: JobShape
             reports.put(("failed", str(TileRef(*task["tile"])), task["error"]))
     if not bodies:
         return
-    targets = client.uploads(shape.job_id, [{**task, "sha256": hashlib.sha256(body).hexdigest()}
+    targets = client.uploads(shape.job_id, [{**task, "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}
                                             for task, body in bodies])
     for (task, body), target in zip(bodies, targets):
         r = store.put(target["url"], data=body, headers=target["headers"], timeout=client.timeout_s)
