@@ -270,26 +270,15 @@ def run_ingest(client: IngestClient, job: dict[str, Any], source: TileSource, pr
         raise InvalidRequest(f"ingest job {job['id']} is {job['state']}; it takes no more tiles")
     shape = JobShape.of(job)
     summary = Summary()
-    context = multiprocessing.get_context("spawn")
-    reports, stop = context.Queue(), context.Event()
     connection = _Connection(client.server, client.http.headers.get("Authorization", "").partition(" ")[2] or None,
                              client.timeout_s)
-    lifeline, keep_alive = context.Pipe(duplex=False)  # the children hold the read end only
-    procs = [context.Process(target=_uploader, daemon=True,
-                             args=(connection, shape, source, reports, stop, os.getpid(), lifeline))
-             for _ in range(processes)]
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _interrupted) if main else None  # `kill <pid>`: stop uploaders first
-    for p in procs:
-        p.start()
-    lifeline.close()
     total = int(job["tile_count"])
     bar = tqdm(total=total, desc=f"job {shape.job_id} tiles", unit="tile", disable=not progress)
     idle_polls, next_poll = 0, time.monotonic() + poll_s
-    try:
+    with _Uploaders(processes, connection, shape, source) as uploaders, bar:
         while idle_polls < 2:
             try:
-                _take_report(reports.get(timeout=0.2), summary, bar, started)
+                _take_report(uploaders.reports.get(timeout=0.2), summary, bar, started)
             except queue_lib.Empty:
                 pass
             if time.monotonic() >= next_poll:
@@ -300,22 +289,48 @@ def run_ingest(client: IngestClient, job: dict[str, Any], source: TileSource, pr
                             and upload.get("waiting", 1) + upload.get("in_flight", 1) == 0)
                 idle_polls = idle_polls + 1 if finished else 0
                 next_poll = time.monotonic() + poll_s
-                if not any(p.is_alive() for p in procs):
+                if not uploaders.alive():
                     raise InvalidRequest("every uploader process exited; see the messages above")
-    finally:
-        stop.set()
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-        keep_alive.close()
-        if main:
-            signal.signal(signal.SIGTERM, previous)
-        bar.close()
     summary.seconds = time.monotonic() - started
     status = client.get(shape.job_id).get("status", {})
     echo(json.dumps({"job": shape.job_id, **summary.as_dict(), "pipeline": status}, indent=1))
     return summary
+
+
+class _Uploaders:
+    """The uploader processes, for the length of a `with` block: stopped at its end however it
+    ends (SIGTERM in the client raises KeyboardInterrupt, as Ctrl-C does), and tied to this
+    process's life however it ends (a pipe only this process writes; see _die_with_parent)."""
+
+    def __init__(self, count: int, connection: _Connection, shape: JobShape, source: TileSource):
+        context = multiprocessing.get_context("spawn")
+        self.reports, self._stop = context.Queue(), context.Event()
+        self._lifeline, self._keep_alive = context.Pipe(duplex=False)  # the children hold the read end only
+        self._procs = [context.Process(target=_uploader, daemon=True, args=(
+            connection, shape, source, self.reports, self._stop, os.getpid(), self._lifeline)) for _ in range(count)]
+        self._main = threading.current_thread() is threading.main_thread()
+        self._previous: Any = None
+
+    def __enter__(self) -> _Uploaders:
+        if self._main:
+            self._previous = signal.signal(signal.SIGTERM, _interrupted)
+        for p in self._procs:
+            p.start()
+        self._lifeline.close()
+        return self
+
+    def alive(self) -> bool:
+        return any(p.is_alive() for p in self._procs)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for p in self._procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+        self._keep_alive.close()
+        if self._main:
+            signal.signal(signal.SIGTERM, self._previous)
 
 
 def _interrupted(signum: int, frame: Any) -> None:

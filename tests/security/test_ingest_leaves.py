@@ -173,6 +173,26 @@ def test_a_url_is_not_minted_after_its_lease_ended(admin: APIClient, ingest_env:
     assert r.status_code == 400 and "lease of tile" in r.json()["message"] and "ended" in r.json()["message"]
 
 
+def test_a_tile_that_comes_after_its_lease_ended_is_refused_and_removed(admin: APIClient,
+                                                                        lab: tuple[APIClient, int]) -> None:
+    """S3 checks a presigned URL's expiry (the lease's end); moto does not, and a PUT begun in
+    time may end late: the handler compares the object's Last-Modified with the lease."""
+    from ndstore.wiring import services
+
+    writer, job = lab
+    ingest = services().ingest
+    now = time.time()
+    ingest.clock = lambda: now - 600  # the lease was given ten minutes ago (it lasts 120 s here)
+    try:
+        [grant] = mint(writer, job, lease_all(writer, job)[:1], tile_image(9)).json()["uploads"]
+    finally:
+        ingest.clock = time.time
+    assert requests.put(grant["url"], data=tile_image(9), headers=grant["headers"], timeout=30).status_code == 200
+    key = urlsplit(grant["url"]).path.split("/", 2)[2]
+    assert ingest.tile_uploaded(key) == "refused"
+    assert bucket_keys(job) == [] and admin.get(f"/v1/ingest/{job}/").json()["status"]["tiles"]["uploaded"] == 0
+
+
 def test_a_presigned_put_after_cancel_leaves_no_tile(admin: APIClient, lab: tuple[APIClient, int]) -> None:
     from ndstore.wiring import services
 
