@@ -90,9 +90,8 @@ def lease_all(lab: Lab, job: int | None = None) -> list[dict[str, Any]]:
 def upload(lab: Lab, tasks: list[dict[str, Any]], value: int) -> list[dict[str, Any]]:
     """Leave to upload each tile (content `value`), then the PUTs; returns the grants."""
     body = tile_image(value)
-    r = lab.client.post(f"/v1/ingest/{lab.job}/uploads/",
-                        {"tiles": [{**t, "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)} for t in tasks]},
-                        format="json")
+    leave = {"sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}
+    r = lab.client.post(f"/v1/ingest/{lab.job}/uploads/", {"tiles": [{**t, **leave} for t in tasks]}, format="json")
     assert r.status_code == 200, r.content
     grants: list[dict[str, Any]] = r.json()["uploads"]
     for grant in grants:

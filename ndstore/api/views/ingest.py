@@ -398,6 +398,27 @@ class LocalTileUpload(APIView):
     def max_body_bytes(self) -> int:
         return self._signed_size
 
+    def body_limit(self, request: Any, kw: dict[str, Any]) -> int:
+        """What may be read of the body (the front asks before it reads it): the signed size,
+        once the leave, the declared length and the job are checked."""
+        return self._leave(request, kw["key"])[2]
+
+    @staticmethod
+    def _leave(request: Any, key: str) -> tuple[Any, dict[str, str], int]:
+        """The tile store, the upload's metadata headers and its signed size, once the leave to
+        upload (signature, expiry), the declared Content-Length and the job's standing are checked."""
+        store = services().ingest_stores.uploads
+        if store is None:
+            raise NotFound("this service's tile store takes uploads at its own URLs (presigned S3 PUTs), not here")
+        meta = {name.removeprefix("HTTP_X_AMZ_META_").lower().replace("_", "-"): value
+                for name, value in request.META.items() if name.startswith("HTTP_X_AMZ_META_")}
+        query = request.GET
+        size = store.check_leave(key, query.get("expires", ""), query.get("size", ""), query.get("signature", ""),
+                                 meta)
+        _check_length(request, key, size)
+        services().ingest.check_upload(key, meta)
+        return store, meta, size
+
     @extend_schema(
         summary="Upload a tile (local tile store)",
         description="The URL and headers come from POST /v1/ingest/{job_id}/uploads/; the body is the tile file as "
@@ -419,20 +440,10 @@ class LocalTileUpload(APIView):
                 411: "no Content-Length",
                 413: "the Content-Length is over the size the URL was signed for"})})
     def put(self, request: Any, key: str) -> Response:
-        store = services().ingest_stores.uploads
-        if store is None:
-            raise NotFound("this service's tile store takes uploads at its own URLs (presigned S3 PUTs), not here")
-        meta = {name.removeprefix("HTTP_X_AMZ_META_").lower().replace("_", "-"): value
-                for name, value in request.META.items() if name.startswith("HTTP_X_AMZ_META_")}
-        query = request.query_params
-        size = store.check_leave(key, query.get("expires", ""), query.get("size", ""), query.get("signature", ""),
-                                 meta)
-        _check_length(request, key, size)
-        services().ingest.check_upload(key, meta)
-        self._signed_size = size
+        store, meta, self._signed_size = self._leave(request, key)
         body = read_capped_body(request._request, self, request._request)
-        if len(body) != size:
-            raise InvalidRequest(f"the upload of {key} sent {len(body)} bytes of the {size} it declared")
+        if len(body) != self._signed_size:
+            raise InvalidRequest(f"the upload of {key} sent {len(body)} bytes of the {self._signed_size} it declared")
         store.put(key, body, meta)
         return Response(status=200)
 
