@@ -34,7 +34,10 @@ class DynamoJobState:
         return aws_call(f"DynamoDB {self.table}", fn, **kwargs)
 
     def ensure_ready(self) -> None:
-        ensure_table(self._db, self.table, [("key", "HASH", "S")])
+        try:
+            ensure_table(self._db, self.table, [("key", "HASH", "S")])
+        except BotoCoreError as exc:  # unreachable: as every other call here, a StorageError (503)
+            raise StorageError(f"DynamoDB {self.table}: ensure_ready failed: {exc}") from exc
 
     @staticmethod
     def _key(key: str) -> dict[str, Any]:

@@ -44,6 +44,8 @@ class S3TileBucket:
             self._s3.head_bucket(Bucket=self.bucket)
         except ClientError:
             self._call(self._s3.create_bucket, Bucket=self.bucket)
+        except BotoCoreError as exc:
+            raise StorageError(f"S3 {self.bucket}: head_bucket failed: {exc}") from exc
         if notify_queue_arn:
             config = {"QueueConfigurations": [{"QueueArn": notify_queue_arn, "Events": ["s3:ObjectCreated:*"]}]}
             self._call(self._s3.put_bucket_notification_configuration, Bucket=self.bucket,

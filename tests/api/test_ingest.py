@@ -83,13 +83,11 @@ def test_a_lease_time_out_of_range_is_refused_and_creates_nothing(admin: APIClie
 
 def test_a_job_whose_queues_cannot_be_made_leaves_no_row(admin: APIClient, dataset: Dataset,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from ndstore.core.errors import StorageError
-    from ndstore.engine.ingest import Ingest
+    from ndstore import wiring
+    from ndstore.ops.localstack import free_port
 
-    def refused(*args: Any, **kwargs: Any) -> Any:
-        raise StorageError("SQS answered 500 (injected)")
-
-    monkeypatch.setattr(Ingest, "create", refused)
+    monkeypatch.setenv("NDSTORE_INGEST_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens
+    wiring.services.cache_clear()
     assert admin.post("/v1/ingest/", JOB, format="json").status_code == 503
     assert admin.get("/v1/ingest/").json()["jobs"] == []
 
