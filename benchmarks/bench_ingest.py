@@ -104,7 +104,8 @@ def supercuboid_generation(rounds: int) -> dict[str, Any]:
             gets = []
             for _ in range(rounds):
                 start = time.perf_counter()
-                ingest.tiles.get_many_with_metadata(keys)
+                for _ in ingest.tiles.get_many_with_metadata(keys, job.max_tile_bytes):
+                    pass
                 gets.append(64 * TILE * TILE / (time.perf_counter() - start) / 1e6)
             record["tile_get"] = summary(gets)
             small = []

@@ -1,6 +1,6 @@
 """The local stand-in for AWS Lambda's SQS triggers: worker processes poll the ingest queues
-(the tile-events queue the tile bucket notifies, and every job's supercuboid and cleanup queues)
-and the downsample queues (`<prefix>-ds-<job>`)
+(the tile-events queue the tile bucket notifies, every job's supercuboid and cleanup queues, the
+queue of stopped jobs' removal) and the downsample queues (`<prefix>-ds-<job>`)
 and hand batches to the same handlers, in the SQS event format; a record the handler reports as
 failed comes back after a short backoff and, after the queue's `max_tries` receives, lands in its
 dead-letter queue (SQS's redrive policy does that, as on AWS).
@@ -38,6 +38,8 @@ def sqs_event(messages: list[Message], queue_arn: str) -> dict[str, Any]:
 def handler_for(queue: str, prefix: str) -> Handler | None:
     if queue == f"{prefix}-tile-events":
         return handlers.tile_uploaded
+    if queue == f"{prefix}-reap":  # the removal of stopped jobs, a step at a time
+        return handlers.cleanup
     if queue.endswith("-dlq") or not queue.startswith(f"{prefix}-"):
         return None
     if queue.endswith("-supercuboid"):
@@ -100,11 +102,14 @@ class QueuePoller:
             self.observer.count("ingest_handled_total", len(messages) - len(failed), handler=handler.__name__,
                                 outcome="done")
             self.observer.count("ingest_handled_total", len(failed), handler=handler.__name__, outcome="failed")
-            for i, m in enumerate(messages):
-                if str(i) in failed:
-                    self.queues.retry_later(m, min(30, 2 ** m.receive_count))
-                else:
-                    self.queues.delete_message(url, m.receipt)
+            try:
+                for i, m in enumerate(messages):
+                    if str(i) in failed:
+                        self.queues.retry_later(m, min(30, 2 ** m.receive_count))
+                    else:
+                        self.queues.delete_message(url, m.receipt)
+            except StorageError:  # the queue went meanwhile (its job stopped): its messages with it
+                self._refreshed = 0.0
             handled += len(messages)
         return handled
 

@@ -7,6 +7,7 @@ class ApiConfig(AppConfig):
     verbose_name = "NDStore"
 
     def ready(self) -> None:
-        from ndstore.api import signals
+        from ndstore.api import ingest_leaves, signals
 
-        signals.connect()
+        signals.connect()  # first: the metadata generation advances before ingest_leaves reads levels
+        ingest_leaves.connect()

@@ -48,9 +48,10 @@ class TokenAuthentication(authentication.BaseAuthentication):
 
 
 def access_level(user: Any, collection: Collection, experiment: Experiment | None = None,
-                 channel: Channel | None = None) -> int:
+                 channel: Channel | None = None, fresh: bool = False) -> int:
     """The highest level ``user`` holds on the resource: grants on a collection cover its
-    experiments and channels, grants on an experiment cover its channels."""
+    experiments and channels, grants on an experiment cover its channels. ``fresh``: read from
+    the database, not the metadata cache (inside a change that is not committed yet)."""
     if user.is_authenticated and user.is_superuser:
         return ADMIN
     level = READ if collection.public else 0
@@ -62,6 +63,8 @@ def access_level(user: Any, collection: Collection, experiment: Experiment | Non
         grants = Grant.objects.filter(Q(user=user, collection=collection) & scope & chan)
         return max((Grant.LEVELS[name] for name in grants.values_list("level", flat=True)), default=0)
 
+    if fresh:
+        return max(level, granted())
     key = ("level", user.pk, collection.pk, experiment.pk if experiment else None, channel.pk if channel else None)
     return max(level, meta_cache.cached(key, granted))
 

@@ -10,16 +10,25 @@ tasks whose tile is not recorded; a task a killed uploader held comes back after
 visibility timeout. A tile that is missing or malformed is reported to the service with the reason
 (the job's dead-letter queue), listed in the summary, and can be requeued after it is fixed
 (`--retry-failed`).
+
+The uploader processes die with the client however it ends (Ctrl-C, `kill`, `kill -9`): each asks
+Linux to kill it when its parent dies (PR_SET_PDEATHSIG) and also watches a pipe whose only
+writer is the parent, which reads as closed the moment the parent is gone (any platform).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import importlib
 import io
 import json
 import multiprocessing
+import os
 import queue as queue_lib
 import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -167,7 +176,33 @@ class _Connection:
         return IngestClient(self.server, self.token, self.timeout_s)
 
 
-def _uploader(connection: _Connection, shape: JobShape, source: TileSource, reports: Any, stop: Any) -> None:
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent(parent_pid: int, lifeline: Any) -> None:
+    """Exit when the parent process does, however it ends: SIGKILL from the kernel when it dies
+    (Linux), and a thread that exits this process when `lifeline` (the read end of a pipe whose
+    only write end the parent holds) reads as closed. A parent that died before the first was
+    set is seen by getppid() no longer being it."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+    def watch() -> None:
+        try:
+            lifeline.recv()  # the parent never sends: this returns only by raising, at EOF
+        except (EOFError, OSError):
+            pass
+        os._exit(1)
+
+    threading.Thread(target=watch, name="lifeline", daemon=True).start()
+
+
+def _uploader(connection: _Connection, shape: JobShape, source: TileSource, reports: Any, stop: Any,
+              parent_pid: int, lifeline: Any) -> None:
+    _die_with_parent(parent_pid, lifeline)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us through `stop`
     client, read = connection.client(), source.reader(shape.tile_x, shape.tile_y)
     store = requests.Session()  # no token: the tile store is reached with presigned URLs only
@@ -217,7 +252,7 @@ def _upload_batch(client: IngestClient, store: requests.Session, shape: JobShape
             reports.put(("failed", str(TileRef(*task["tile"])), task["error"]))
     if not bodies:
         return
-    targets = client.uploads(shape.job_id, [{**task, "sha256": hashlib.sha256(body).hexdigest()}
+    targets = client.uploads(shape.job_id, [{**task, "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}
                                             for task, body in bodies])
     for (task, body), target in zip(bodies, targets):
         r = store.put(target["url"], data=body, headers=target["headers"], timeout=client.timeout_s)
@@ -235,21 +270,15 @@ def run_ingest(client: IngestClient, job: dict[str, Any], source: TileSource, pr
         raise InvalidRequest(f"ingest job {job['id']} is {job['state']}; it takes no more tiles")
     shape = JobShape.of(job)
     summary = Summary()
-    context = multiprocessing.get_context("spawn")
-    reports, stop = context.Queue(), context.Event()
     connection = _Connection(client.server, client.http.headers.get("Authorization", "").partition(" ")[2] or None,
                              client.timeout_s)
-    procs = [context.Process(target=_uploader, args=(connection, shape, source, reports, stop), daemon=True)
-             for _ in range(processes)]
-    for p in procs:
-        p.start()
     total = int(job["tile_count"])
     bar = tqdm(total=total, desc=f"job {shape.job_id} tiles", unit="tile", disable=not progress)
     idle_polls, next_poll = 0, time.monotonic() + poll_s
-    try:
+    with _Uploaders(processes, connection, shape, source) as uploaders, bar:
         while idle_polls < 2:
             try:
-                _take_report(reports.get(timeout=0.2), summary, bar, started)
+                _take_report(uploaders.reports.get(timeout=0.2), summary, bar, started)
             except queue_lib.Empty:
                 pass
             if time.monotonic() >= next_poll:
@@ -260,19 +289,52 @@ def run_ingest(client: IngestClient, job: dict[str, Any], source: TileSource, pr
                             and upload.get("waiting", 1) + upload.get("in_flight", 1) == 0)
                 idle_polls = idle_polls + 1 if finished else 0
                 next_poll = time.monotonic() + poll_s
-                if not any(p.is_alive() for p in procs):
+                if not uploaders.alive():
                     raise InvalidRequest("every uploader process exited; see the messages above")
-    finally:
-        stop.set()
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-        bar.close()
     summary.seconds = time.monotonic() - started
     status = client.get(shape.job_id).get("status", {})
     echo(json.dumps({"job": shape.job_id, **summary.as_dict(), "pipeline": status}, indent=1))
     return summary
+
+
+class _Uploaders:
+    """The uploader processes, for the length of a `with` block: stopped at its end however it
+    ends (SIGTERM in the client raises KeyboardInterrupt, as Ctrl-C does), and tied to this
+    process's life however it ends (a pipe only this process writes; see _die_with_parent)."""
+
+    def __init__(self, count: int, connection: _Connection, shape: JobShape, source: TileSource):
+        context = multiprocessing.get_context("spawn")
+        self.reports, self._stop = context.Queue(), context.Event()
+        self._lifeline, self._keep_alive = context.Pipe(duplex=False)  # the children hold the read end only
+        self._procs = [context.Process(target=_uploader, daemon=True, args=(
+            connection, shape, source, self.reports, self._stop, os.getpid(), self._lifeline)) for _ in range(count)]
+        self._main = threading.current_thread() is threading.main_thread()
+        self._previous: Any = None
+
+    def __enter__(self) -> _Uploaders:
+        if self._main:
+            self._previous = signal.signal(signal.SIGTERM, _interrupted)
+        for p in self._procs:
+            p.start()
+        self._lifeline.close()
+        return self
+
+    def alive(self) -> bool:
+        return any(p.is_alive() for p in self._procs)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for p in self._procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+        self._keep_alive.close()
+        if self._main:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _take_report(report: tuple[str, str, Any], summary: Summary, bar: Any, started: float) -> None:

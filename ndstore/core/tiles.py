@@ -23,6 +23,14 @@ from ndstore.core.errors import InvalidBody, InvalidRequest
 from ndstore.core.geometry import Box, Grid
 
 TILE_FORMATS = {"png": "png", "tif": "tif", "tiff": "tif"}
+# Tiles one supercuboid may take: what one build reads and one row of the tile index holds (its
+# set of arrived tiles; a DynamoDB item holds at most 400 KB). 64 x 64 tiles in the 512 x 512 x 64
+# supercuboid of an 8-bit anisotropic channel.
+MAX_TILES_PER_SUPERCUBOID = 4096
+# What a tile file may hold beyond its pixels: twice the raw voxels (LZW's worst expansion of
+# incompressible data is 12 bits per byte; PNG's stored blocks and row filters add under 1 %; a
+# 16-bit file of 8-bit values doubles them) plus 64 KiB of headers, chunks and tags.
+TILE_FRAMING_BYTES = 64 << 10
 
 
 @dataclass(frozen=True, order=True)
@@ -68,6 +76,15 @@ class TileLayout:
             raise InvalidRequest(f"the box {self.box} is empty")
         if len(self.times) == 0:
             raise InvalidRequest("the time range is empty")
+        per_supercuboid = (sx // self.tile_x) * (sy // self.tile_y) * self.grid.supercuboid[2]
+        if per_supercuboid > MAX_TILES_PER_SUPERCUBOID:
+            raise InvalidRequest(f"tiles of {self.tile_x}x{self.tile_y} make {per_supercuboid} tiles per supercuboid "
+                                 f"({sx}x{sy}x{self.grid.supercuboid[2]}); at most {MAX_TILES_PER_SUPERCUBOID}: "
+                                 "take larger tiles")
+
+    def max_tile_bytes(self, itemsize: int) -> int:
+        """The largest tile file a job takes: its voxels twice over plus TILE_FRAMING_BYTES."""
+        return 2 * self.tile_x * self.tile_y * itemsize + TILE_FRAMING_BYTES
 
     # -- tiles ---------------------------------------------------------------------------------
     def _index_range(self, axis: int, size: int) -> range:
@@ -92,13 +109,19 @@ class TileLayout:
                                        tile.z // sz))
 
     # -- supercuboids --------------------------------------------------------------------------
-    def supercuboids(self) -> Iterator[SupercuboidRef]:
+    def supercuboids(self, start: int = 0) -> Iterator[SupercuboidRef]:
+        """The job's supercuboids in manifest order (t, then z, y, x), from the `start`-th."""
+        for number in range(start, self.supercuboid_count()):
+            yield self.supercuboid_at(number)
+
+    def supercuboid_at(self, number: int) -> SupercuboidRef:
+        """The `number`-th supercuboid of the manifest order, in O(1)."""
         lo, hi = self.grid.index_range(self.box)
-        for t in self.times:
-            for z in range(lo[2], hi[2]):
-                for y in range(lo[1], hi[1]):
-                    for x in range(lo[0], hi[0]):
-                        yield SupercuboidRef(t, (x, y, z))
+        rest, index = number, []
+        for axis in (0, 1, 2):
+            rest, i = divmod(rest, hi[axis] - lo[axis])
+            index.append(lo[axis] + i)
+        return SupercuboidRef(self.times[rest], (index[0], index[1], index[2]))
 
     def supercuboid_count(self) -> int:
         lo, hi = self.grid.index_range(self.box)
@@ -136,11 +159,64 @@ class TileLayout:
             raise InvalidRequest(f"tile {tile} is not part of this ingest")
         return ((tile.z - zs.start) * len(ys) + tile.y_index - ys.start) * len(xs) + tile.x_index - xs.start
 
-    def manifest(self) -> Iterator[TileRef]:
-        """Every tile of the job, a supercuboid's tiles together, so supercuboids complete (and
-        the pipeline's later phases start) while the upload is still running."""
-        for sc in self.supercuboids():
+    def manifest(self, start: int = 0) -> Iterator[TileRef]:
+        """Every tile of the job from the `start`-th, a supercuboid's tiles together, so
+        supercuboids complete (and the pipeline's later phases start) while the upload is still
+        running. Finding where to start costs O(1), not O(start)."""
+        if start >= self.tile_count():
+            return
+        number, within = self.locate(start)
+        yield from self.tiles_of(self.supercuboid_at(number))[within:]
+        for sc in self.supercuboids(number + 1):
             yield from self.tiles_of(sc)
+
+    # -- positions in the manifest, by arithmetic ------------------------------------------------
+    # Along one axis, the job's tiles in the first k supercuboids of the box number
+    # ceil(min(end of the k-th, box end) / tile) - box start / tile: the box starts on the tile
+    # grid and a tile divides a supercuboid, so the counts of neighbouring supercuboids add up.
+    def _axis(self, axis: int) -> tuple[int, int, int, int]:
+        """(first supercuboid index, supercuboid size, tile size, first tile index) on an axis."""
+        unit = (self.tile_x, self.tile_y, 1)[axis]
+        size = self.grid.supercuboid[axis]
+        return self.box.lo[axis] // size, size, unit, self.box.lo[axis] // unit
+
+    def _before(self, axis: int, k: int) -> int:
+        """Tiles (slices, along z) of the box in its first k supercuboids along `axis`."""
+        first, size, unit, start = self._axis(axis)
+        end = min(max((first + k) * size, self.box.lo[axis]), self.box.hi[axis])
+        return -(-end // unit) - start
+
+    def _column(self, axis: int, units: int) -> int:
+        """Which supercuboid (counted from the box's first) holds the `units`-th tile of an axis."""
+        first, size, unit, start = self._axis(axis)
+        return (start + units) * unit // size - first
+
+    def offset_of(self, sc: SupercuboidRef) -> int:
+        """How many tiles of the manifest come before the supercuboid's first."""
+        lo, _ = self.grid.index_range(self.box)
+        k = [sc.index[a] - lo[a] for a in (0, 1, 2)]
+        totals = [self._before(a, self.grid.index_range(self.box)[1][a] - lo[a]) for a in (0, 1, 2)]
+        counts = [self._before(a, k[a] + 1) - self._before(a, k[a]) for a in (0, 1, 2)]
+        per_time = totals[0] * totals[1] * totals[2]
+        return (self.times.index(sc.t) * per_time + self._before(2, k[2]) * totals[1] * totals[0]
+                + counts[2] * self._before(1, k[1]) * totals[0] + counts[2] * counts[1] * self._before(0, k[0]))
+
+    def locate(self, offset: int) -> tuple[int, int]:
+        """(the number of the supercuboid that holds the manifest's `offset`-th tile, its place
+        among that supercuboid's tiles), in O(1)."""
+        lo, hi = self.grid.index_range(self.box)
+        totals = [self._before(a, hi[a] - lo[a]) for a in (0, 1, 2)]
+        t, rest = divmod(offset, totals[0] * totals[1] * totals[2])
+        kz = self._column(2, rest // (totals[1] * totals[0]))
+        rest -= self._before(2, kz) * totals[1] * totals[0]
+        cz = self._before(2, kz + 1) - self._before(2, kz)
+        ky = self._column(1, rest // (cz * totals[0]))
+        rest -= cz * self._before(1, ky) * totals[0]
+        cy = self._before(1, ky + 1) - self._before(1, ky)
+        kx = self._column(0, rest // (cz * cy))
+        rest -= cz * cy * self._before(0, kx)
+        number = ((t * (hi[2] - lo[2]) + kz) * (hi[1] - lo[1]) + ky) * (hi[0] - lo[0]) + kx
+        return number, rest
 
 
 def tile_key(job_id: int, tile: TileRef, file_format: str) -> str:

@@ -264,10 +264,20 @@ class WorkQueue(Protocol):
 @dataclass(frozen=True)
 class UploadTarget:
     """Where and how an uploader PUTs one tile: the URL and the headers it must send (signed
-    into the URL: the store refuses the PUT with any other key, headers, or after it expires)."""
+    into the URL: the store refuses the PUT with any other key, headers, length, or after it
+    expires)."""
 
     url: str
     headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class TileHead:
+    """What the store says of a tile without reading it."""
+
+    metadata: dict[str, str]
+    size: int  # bytes
+    stored_at: float  # unix seconds the store took it (S3: Last-Modified, to the second)
 
 
 class TileStore(Protocol):
@@ -277,17 +287,23 @@ class TileStore(Protocol):
         """Create the store if missing; with a queue's ARN, each new tile is announced there as
         an S3 ObjectCreated event (what the tile-uploaded handler takes)."""
 
-    def upload_target(self, key: str, metadata: dict[str, str], expires_s: int) -> UploadTarget:
-        """A PUT of `key` whose metadata must be exactly `metadata`, for an uploader with no
-        credentials of its own."""
+    def upload_target(self, key: str, metadata: dict[str, str], expires_s: int, size: int) -> UploadTarget:
+        """A PUT of exactly `size` bytes to `key` whose metadata must be exactly `metadata`, for
+        an uploader with no credentials of its own, until `expires_s` seconds from now."""
 
     def put(self, key: str, body: bytes, metadata: dict[str, str]) -> None: ...
+
+    def head(self, key: str) -> TileHead | None:
+        """The tile's metadata, size and time stored, or None when it is not (or no longer) there."""
 
     def metadata(self, key: str) -> dict[str, str] | None:
         """The tile's metadata, or None when it is not (or no longer) there."""
 
-    def get_many_with_metadata(self, keys: Sequence[str]) -> list[tuple[bytes, dict[str, str]] | None]:
-        """Each tile's bytes and metadata, None where it is missing."""
+    def get_many_with_metadata(self, keys: Sequence[str], max_bytes: int
+                               ) -> Iterator[tuple[str, tuple[bytes, dict[str, str]] | None]]:
+        """(key, (bytes, metadata)) of each tile as it arrives, None where it is missing; at most
+        a few read ahead of the caller, so the tiles are never all held at once. A tile over
+        `max_bytes` is PayloadTooLarge, raised from its size before its bytes are read."""
 
     def delete_many(self, keys: Sequence[str]) -> None:
         """Delete tiles; missing ones are not an error."""
@@ -332,6 +348,20 @@ class JobState(Protocol):
 
     def advance_manifest(self, job: str, sent: int, to: int) -> bool:
         """Set manifest_sent to `to` if it is `sent` (or unset when `sent` is 0)."""
+
+    def open_leave(self, job: str, uploader: str) -> str | None:
+        """The uploader's leave on the job (a random token, made on the first call and kept
+        until revoked); None once the job is stopped. `uploader`: `[A-Za-z0-9_-]{1,64}`."""
+
+    def leaves(self, job: str) -> dict[str, str] | None:
+        """Uploader -> leave of every uploader whose leave stands; None once the job is stopped
+        (or when it has no spec: never recorded, or removed)."""
+
+    def revoke_leave(self, job: str, uploader: str) -> None:
+        """The uploader's leave stands no more (a later open_leave makes another)."""
+
+    def stop(self, job: str) -> None:
+        """The job takes nothing more: leaves() is None from now on, open_leave refuses."""
 
     def delete(self, keys: Sequence[str]) -> None: ...
 

@@ -9,6 +9,8 @@ event, or a retried handler, never counts twice (see docs/design/ingest.md).
 
 from __future__ import annotations
 
+import re
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +21,7 @@ from ndstore.storage.aws import Credentials, aws_call, aws_client
 from ndstore.storage.dynamodb import ensure_table
 
 COUNTERS = ("tiles_uploaded", "supercuboids_built", "supercuboids_cleaned")
+UPLOADER = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class DynamoJobState:
@@ -31,7 +34,10 @@ class DynamoJobState:
         return aws_call(f"DynamoDB {self.table}", fn, **kwargs)
 
     def ensure_ready(self) -> None:
-        ensure_table(self._db, self.table, [("key", "HASH", "S")])
+        try:
+            ensure_table(self._db, self.table, [("key", "HASH", "S")])
+        except BotoCoreError as exc:  # unreachable: as every other call here, a StorageError (503)
+            raise StorageError(f"DynamoDB {self.table}: ensure_ready failed: {exc}") from exc
 
     @staticmethod
     def _key(key: str) -> dict[str, Any]:
@@ -152,6 +158,43 @@ class DynamoJobState:
             raise StorageError(f"DynamoDB update of {job}'s manifest on {self.table} failed: {exc}") from exc
         except BotoCoreError as exc:
             raise StorageError(f"DynamoDB update of {job}'s manifest on {self.table} failed: {exc}") from exc
+
+    # -- leaves to upload ---------------------------------------------------------------------
+    @staticmethod
+    def _leave(uploader: str) -> dict[str, str]:
+        if not UPLOADER.fullmatch(uploader):
+            raise StorageError(f"DynamoDB job state: {uploader!r:.80} is not an uploader's name")
+        return {"#l": f"leave_{uploader}"}
+
+    def open_leave(self, job: str, uploader: str) -> str | None:
+        """The uploader's leave (made on the first call); None once the job is stopped."""
+        try:
+            reply = self._db.update_item(
+                TableName=self.table, Key=self._key(job), UpdateExpression="SET #l = if_not_exists(#l, :new)",
+                ConditionExpression="attribute_not_exists(stopped)", ExpressionAttributeNames=self._leave(uploader),
+                ExpressionAttributeValues={":new": {"S": secrets.token_hex(12)}}, ReturnValues="ALL_NEW")
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return None
+            raise StorageError(f"DynamoDB open_leave on {self.table} failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageError(f"DynamoDB open_leave on {self.table} failed: {exc}") from exc
+        return str(reply["Attributes"][f"leave_{uploader}"]["S"])
+
+    def leaves(self, job: str) -> dict[str, str] | None:
+        item = self._call(self._db.get_item, TableName=self.table, Key=self._key(job),
+                          ConsistentRead=True).get("Item", {})
+        if "stopped" in item or "spec" not in item:
+            return None
+        return {name[6:]: value["S"] for name, value in item.items() if name.startswith("leave_") and "S" in value}
+
+    def revoke_leave(self, job: str, uploader: str) -> None:
+        self._call(self._db.update_item, TableName=self.table, Key=self._key(job), UpdateExpression="REMOVE #l",
+                   ExpressionAttributeNames=self._leave(uploader))
+
+    def stop(self, job: str) -> None:
+        self._call(self._db.update_item, TableName=self.table, Key=self._key(job),
+                   UpdateExpression="SET stopped = :t", ExpressionAttributeValues={":t": {"BOOL": True}})
 
     def delete(self, keys: Sequence[str]) -> None:
         for i in range(0, len(keys), 25):

@@ -1,7 +1,8 @@
 """TileStore in a local directory: the local stack's ingest tile bucket (what S3TileBucket is
 on AWS). It owns the tiles on disk with their metadata, the signed upload URLs it hands to
 uploaders that hold no credentials (a PUT to the service's own route
-`/v1/ingest/tiles/<key>?expires=<unix s>&signature=<hex>`, which calls `accept`), and the
+`/v1/ingest/tiles/<key>?expires=<unix s>&size=<bytes>&signature=<hex>`, which checks the
+signature and the declared length before it reads the body, then calls `put`), and the
 announcement of each new tile to a queue as the S3 ObjectCreated event S3 itself would send.
 
 Layout under `root`: `objects/<key>~tile` holds one tile: a first line of JSON (its metadata),
@@ -19,14 +20,14 @@ import re
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ndstore.core.errors import DataCorrupt, InvalidRequest, StorageError
+from ndstore.core.errors import DataCorrupt, InvalidRequest, PayloadTooLarge, StorageError
 from ndstore.core.signing import BadSignature, Signer
-from ndstore.storage.interfaces import UploadTarget, WorkQueue
+from ndstore.storage.interfaces import TileHead, UploadTarget, WorkQueue
 
 MAX_KEY = 512
 TILE_SUFFIX = "~tile"
@@ -35,6 +36,7 @@ _EXPIRES = re.compile(r"[0-9]{1,20}")
 _NOTIFY_FILE = "notify-queue.json"
 _MISSING = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
 _PUT_TRIES = 3  # a folder emptied and removed by a concurrent delete between mkdir and write
+_MAX_HEADER = 64 << 10  # a tile's metadata line: S3 allows 2 KB of user metadata
 
 
 def check_key(key: str) -> str:
@@ -103,33 +105,38 @@ class LocalTileStore:
             raise StorageError(f"local tile store {self.root}: cannot read {_NOTIFY_FILE}: {exc}") from exc
 
     # -- uploads ----------------------------------------------------------------------------------
-    def upload_target(self, key: str, metadata: dict[str, str], expires_s: int) -> UploadTarget:
-        """A PUT of `key` to the service, signed for exactly this key and metadata until
-        `expires_s` seconds from now; the headers are those an S3 presigned PUT takes."""
+    def upload_target(self, key: str, metadata: dict[str, str], expires_s: int, size: int) -> UploadTarget:
+        """A PUT of `size` bytes to `key` at the service, signed for exactly this key, size and
+        metadata until `expires_s` seconds from now; the headers are those an S3 presigned PUT takes."""
         check_key(key)
         expires = str(int(self.clock()) + expires_s)
-        signature = self.signer.sign("PUT", key, expires, canonical_metadata(metadata))
+        signature = self.signer.sign("PUT", key, expires, str(size), canonical_metadata(metadata))
         url = (f"{self.public_url.rstrip('/')}/v1/ingest/tiles/{urllib.parse.quote(key)}"
-               f"?expires={expires}&signature={signature}")
+               f"?expires={expires}&size={size}&signature={signature}")
         return UploadTarget(url, {f"x-amz-meta-{name}": value for name, value in metadata.items()})
 
-    def check_leave(self, key: str, expires: str, signature: str, metadata: dict[str, str]) -> None:
-        """BadSignature unless `upload_target` signed this PUT (this key, these metadata, not
-        expired): what the upload route checks before it reads the body."""
+    def check_leave(self, key: str, expires: str, size: str, signature: str, metadata: dict[str, str]) -> int:
+        """The size `upload_target` signed this PUT for (this key, size, metadata, not expired);
+        BadSignature otherwise: what the upload route checks before it reads the body."""
         check_key(key)
         if not isinstance(expires, str) or not _EXPIRES.fullmatch(expires):
             raise BadSignature(f"the upload of {key} has no valid expiry time")
         if int(expires) < self.clock():
             raise BadSignature(f"the upload URL of {key} expired")
+        if not isinstance(size, str) or not _EXPIRES.fullmatch(size):
+            raise BadSignature(f"the upload of {key} has no valid size")
         if not isinstance(signature, str) or not self.signer.verify(
-                signature, "PUT", key, expires, canonical_metadata(metadata)):
-            raise BadSignature(f"the upload of {key} is not one this service signed (key, metadata or expiry "
+                signature, "PUT", key, expires, size, canonical_metadata(metadata)):
+            raise BadSignature(f"the upload of {key} is not one this service signed (key, size, metadata or expiry "
                                "changed, or forged)")
+        return int(size)
 
-    def accept(self, key: str, expires: str, signature: str, metadata: dict[str, str], body: bytes) -> None:
-        """Store an uploader's PUT if `upload_target` signed it; BadSignature, with nothing
-        written, otherwise."""
-        self.check_leave(key, expires, signature, metadata)
+    def accept(self, key: str, expires: str, size: str, signature: str, metadata: dict[str, str],
+               body: bytes) -> None:
+        """Store an uploader's PUT if `upload_target` signed it for this body's size;
+        BadSignature (or InvalidRequest for another size), with nothing written, otherwise."""
+        if self.check_leave(key, expires, size, signature, metadata) != len(body):
+            raise InvalidRequest(f"the upload of {key} was signed for {size} bytes, not {len(body)}")
         self.put(key, body, metadata)
 
     # -- tiles ------------------------------------------------------------------------------------
@@ -187,26 +194,41 @@ class LocalTileStore:
             self._urls[arn] = url
         self.queues.send(self._urls[arn], [s3_created_event(self.name, key, size, self.clock())])
 
-    def _read(self, key: str, header_only: bool) -> tuple[bytes, dict[str, str]] | None:
+    def _read(self, key: str, max_bytes: int | None) -> tuple[bytes, TileHead] | None:
+        """The tile's head and (unless `max_bytes` is None) its bytes, refused by their size
+        before they are read when over `max_bytes`; None when it is not there."""
         path = self._path(key)
         try:
             with open(path, "rb") as f:
-                header = f.readline()
-                body = b"" if header_only else f.read()
+                header = f.readline(_MAX_HEADER)
+                stat = os.fstat(f.fileno())
+                head = TileHead(_parse_header(key, header), stat.st_size - len(header), stat.st_mtime)
+                if max_bytes is not None and head.size > max_bytes:
+                    raise PayloadTooLarge(f"tile {key} holds {head.size} bytes; its job's tiles hold at most "
+                                          f"{max_bytes}")
+                body = b"" if max_bytes is None else f.read(max_bytes + 1)
         except _MISSING:
             return None
         except OSError as exc:
             raise StorageError(f"local tile store {self.root}: cannot read tile {key}: {exc}") from exc
-        return body, _parse_header(key, header)
+        return body, head
+
+    def head(self, key: str) -> TileHead | None:
+        """The tile's metadata, size and time stored, or None when it is not (or no longer) there."""
+        found = self._read(key, None)
+        return None if found is None else found[1]
 
     def metadata(self, key: str) -> dict[str, str] | None:
         """The tile's metadata, or None when it is not (or no longer) there."""
-        found = self._read(key, header_only=True)
-        return None if found is None else found[1]
+        head = self.head(key)
+        return None if head is None else head.metadata
 
-    def get_many_with_metadata(self, keys: Sequence[str]) -> list[tuple[bytes, dict[str, str]] | None]:
-        """Each tile's bytes and metadata (one file read), None where it is missing."""
-        return [self._read(key, header_only=False) for key in keys]
+    def get_many_with_metadata(self, keys: Sequence[str], max_bytes: int
+                               ) -> Iterator[tuple[str, tuple[bytes, dict[str, str]] | None]]:
+        """(key, (bytes, metadata)) per tile, one at a time, None where it is missing."""
+        for key in keys:
+            found = self._read(key, max_bytes)
+            yield key, None if found is None else (found[0], found[1].metadata)
 
     def delete_many(self, keys: Sequence[str]) -> None:
         """Delete tiles, and the folders that leaves empty; missing tiles are not an error."""

@@ -12,6 +12,8 @@ or a retried handler never counts twice.
 
 from __future__ import annotations
 
+import re
+import secrets
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -42,6 +44,13 @@ _SET_NUMBER = ("INSERT INTO numbers (key, name, value) VALUES (?, ?, ?) "
 _SET_STRING = ("INSERT INTO strings (key, name, value) VALUES (?, ?, ?) "
                "ON CONFLICT (key, name) DO UPDATE SET value = excluded.value")
 _SET_FLAG = "INSERT OR IGNORE INTO flags (key, name) VALUES (?, ?)"
+UPLOADER = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _leave_name(uploader: str) -> str:
+    if not UPLOADER.fullmatch(uploader):
+        raise StorageError(f"SQLite job state: {uploader!r:.80} is not an uploader's name")
+    return f"leave:{uploader}"
 
 
 class SqliteJobState:
@@ -198,6 +207,35 @@ class SqliteJobState:
                 return False
             conn.execute(_SET_NUMBER, (job, "manifest_sent", to))
             return True
+
+    # -- leaves to upload ---------------------------------------------------------------------------
+    def open_leave(self, job: str, uploader: str) -> str | None:
+        """The uploader's leave (made on the first call); None once the job is stopped."""
+        name = _leave_name(uploader)
+        with self._tx("open_leave") as conn:
+            if self._exists(conn, "flags", job, "name", "stopped"):
+                return None
+            leave = self._string(conn, job, name)
+            if leave is None:
+                leave = secrets.token_hex(12)
+                conn.execute(_SET_STRING, (job, name, leave))
+            return leave
+
+    def leaves(self, job: str) -> dict[str, str] | None:
+        with self._tx("leaves", write=False) as conn:
+            if self._exists(conn, "flags", job, "name", "stopped") or self._string(conn, job, "spec") is None:
+                return None
+            rows = conn.execute("SELECT name, value FROM strings WHERE key = ? AND substr(name, 1, 6) = 'leave:'",
+                                (job,))
+            return {str(name)[6:]: str(value) for name, value in rows}
+
+    def revoke_leave(self, job: str, uploader: str) -> None:
+        with self._tx("revoke_leave") as conn:
+            conn.execute("DELETE FROM strings WHERE key = ? AND name = ?", (job, _leave_name(uploader)))
+
+    def stop(self, job: str) -> None:
+        with self._tx("stop") as conn:
+            conn.execute(_SET_FLAG, (job, "stopped"))
 
     def delete(self, keys: Sequence[str]) -> None:
         """Delete rows, every attribute of each; missing rows are not an error."""

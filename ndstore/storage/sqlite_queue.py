@@ -1,12 +1,20 @@
 """Work queues in one SQLite file: the durable single-machine stand-in for SQS (`SqsQueues`).
 
-It owns the file's two tables, `queues` (each queue's visibility timeout and its redrive target,
-`<name>-dlq`, with the receive count that sends a message there) and `messages` (body, receive
-count, the receipt of its latest delivery, and when it is visible). Many processes share the file
-(web workers, the queue runner's workers): WAL mode, a busy timeout, one short-lived connection per
-call, and every read-modify-write in a `BEGIN IMMEDIATE` transaction, so no two receivers are ever
-handed the same visible message. Semantics are SQS's (at least once, visibility timeouts, receive
-counts, dead-letter queues); every sqlite3 failure is a StorageError naming the call.
+It owns the file's tables: `queues` (each queue's visibility timeout and its redrive target,
+`<name>-dlq`, with the receive count that sends a message there), `messages` (body, receive
+count, the receipt of its latest delivery, and when it is visible), `sizes` (each queue's count
+of messages, kept with every change) and `purging` (deleted queues whose messages are still being
+removed). Many processes share the file (web workers, the queue runner's workers): WAL mode, a
+busy timeout, one short-lived connection per call, and every read-modify-write in a `BEGIN
+IMMEDIATE` transaction, so no two receivers are ever handed the same visible message. Semantics
+are SQS's (at least once, visibility timeouts, receive counts, dead-letter queues); every sqlite3
+failure is a StorageError naming the call.
+
+No call's work grows with a queue's length: a receive reads the messages it hands out (and
+those it moves to the dead-letter queue) through the (queue, visible_at) index, visible ones
+longest visible first; counts read the kept size and count the messages in flight up to
+COUNT_CAP; deleting a queue drops its name at once and its messages PURGE_BATCH at a time, with
+the calls that follow (as SQS purges a deleted queue's messages in the background).
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ _DLQ_VISIBILITY_S = 30  # SQS's default: what `SqsQueues.create` gives its dead-
 _MAX_SECONDS = 43200  # SQS's longest visibility timeout (12 h)
 _MAX_BODY = 1 << 20  # SQS's largest message, in UTF-8 bytes
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")  # SQS's queue names (standard queues)
+COUNT_CAP = 10_000  # messages in flight counted at most (SQS's counts are approximate too)
+PURGE_BATCH = 1000  # a deleted queue's messages removed per call
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS queues (
@@ -43,7 +53,13 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS messages_order ON messages (queue, id)",
     "CREATE INDEX IF NOT EXISTS messages_visible ON messages (queue, visible_at)",
     "CREATE UNIQUE INDEX IF NOT EXISTS messages_receipt ON messages (receipt)",
+    "CREATE TABLE IF NOT EXISTS sizes (name TEXT PRIMARY KEY, messages INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS purging (name TEXT PRIMARY KEY) WITHOUT ROWID",
+    # a file from before `sizes` was kept: count each queue once
+    "INSERT INTO sizes SELECT q.name, (SELECT COUNT(*) FROM messages m WHERE m.queue = q.name) FROM queues q "
+    "WHERE q.name NOT IN (SELECT name FROM sizes)",
 )
+_GROW = "UPDATE sizes SET messages = messages + ? WHERE name = ?"
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,9 @@ class SqliteQueues:
             raise StorageError(f"SQLite queues create: bad queue {name!r}, visibility {visibility_s} s "
                                f"or max_receives {max_receives}")
         with self._transaction("create") as conn:
+            for queue in (name, dlq):  # a name deleted before starts empty: what is left of it goes now
+                if conn.execute("DELETE FROM purging WHERE name = ?", (queue,)).rowcount:
+                    conn.execute("DELETE FROM messages WHERE queue = ?", (queue,))
             conn.execute("INSERT OR IGNORE INTO queues VALUES (?, ?, NULL, NULL)", (dlq, _DLQ_VISIBILITY_S))
             wanted = (visibility_s, dlq, max_receives)
             row = conn.execute("SELECT visibility_s, dlq, max_receives FROM queues WHERE name = ?", (name,)).fetchone()
@@ -133,6 +152,7 @@ class SqliteQueues:
             elif tuple(row) != wanted:
                 raise StorageError(f"SQLite queues create: queue {name} exists with other attributes "
                                    f"(visibility {row[0]} s, dead-letter queue {row[1]}, max_receives {row[2]})")
+            conn.executemany("INSERT OR IGNORE INTO sizes VALUES (?, 0)", [(name,), (dlq,)])
         return SCHEME + name
 
     def url(self, name: str) -> str | None:
@@ -152,11 +172,26 @@ class SqliteQueues:
         return _ARN + name
 
     def delete(self, name: str) -> None:
-        """Delete the queue and its dead-letter queue, with their messages; idempotent."""
+        """Delete the queue and its dead-letter queue at once; their messages go PURGE_BATCH at
+        a time, with this call and the calls that follow. Idempotent."""
         queues = (name, f"{name}-dlq")
         with self._transaction("delete") as conn:
-            conn.execute("DELETE FROM messages WHERE queue IN (?, ?)", queues)
-            conn.execute("DELETE FROM queues WHERE name IN (?, ?)", queues)
+            if conn.execute("DELETE FROM queues WHERE name IN (?, ?)", queues).rowcount:
+                conn.execute("DELETE FROM sizes WHERE name IN (?, ?)", queues)
+                conn.executemany("INSERT OR IGNORE INTO purging VALUES (?)", [(q,) for q in queues])
+            self._purge(conn)
+
+    @staticmethod
+    def _purge(conn: sqlite3.Connection) -> None:
+        """Remove up to PURGE_BATCH messages of deleted queues (and forget up to 4 emptied)."""
+        budget = PURGE_BATCH
+        for (name,) in conn.execute("SELECT name FROM purging LIMIT 4").fetchall():
+            removed = conn.execute("DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE queue = ? "
+                                   "LIMIT ?)", (name, budget)).rowcount
+            budget -= removed
+            if budget == 0:
+                return
+            conn.execute("DELETE FROM purging WHERE name = ?", (name,))
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -172,6 +207,8 @@ class SqliteQueues:
             now = self._clock()
             conn.executemany("INSERT INTO messages (queue, body, receipt, receive_count, visible_at) "
                              "VALUES (?, ?, NULL, 0, ?)", [(name, body, now) for body in bodies])
+            conn.execute(_GROW, (len(bodies), name))
+            self._purge(conn)
         return len(bodies)
 
     def receive(self, url: str, max_messages: int = 10, wait_s: int = 1,
@@ -200,24 +237,44 @@ class SqliteQueues:
         return row is not None
 
     def _take(self, name: str, n: int, visibility_s: int | None, call: str) -> list[Message]:
-        """Receive up to n visible messages in one IMMEDIATE transaction: first redrive those
-        received `max_receives` times to the dead-letter queue (as SQS does at a receive), then
-        give each of the oldest others a fresh receipt and hide it for its visibility timeout."""
+        """Receive up to n visible messages (longest visible first) in one IMMEDIATE transaction,
+        each with a fresh receipt, hidden for its visibility timeout. One received `max_receives`
+        times goes to the dead-letter queue instead (as SQS does at a receive). Reads only the
+        messages it hands out or moves."""
         with self._transaction(call) as conn:
             queue = self._queue(conn, name, call)
             now = self._clock()
-            if queue.dlq is not None and queue.max_receives is not None:
-                self._move(conn, name, queue.dlq, now, "AND receive_count >= ?", (queue.max_receives,))
-            rows = conn.execute("SELECT id, body, receive_count FROM messages WHERE queue = ? AND visible_at <= ? "
-                                "ORDER BY id LIMIT ?", (name, now, n)).fetchall()
             hidden_until = now + (queue.visibility_s if visibility_s is None else visibility_s)
-            messages = []
-            for message_id, body, count in rows:
-                receipt = secrets.token_hex(16)
-                conn.execute("UPDATE messages SET receipt = ?, receive_count = ?, visible_at = ? WHERE id = ?",
-                             (receipt, count + 1, hidden_until, message_id))
-                messages.append(Message(body, receipt, count + 1, SCHEME + name))
+            messages: list[Message] = []
+            taken: list[int] = []  # a look (visibility 0) leaves them visible: not to be taken twice
+            while len(messages) < n:
+                rows = conn.execute("SELECT id, body, receive_count FROM messages INDEXED BY messages_visible "
+                                    "WHERE queue = ? AND visible_at <= ? AND id NOT IN "
+                                    f"({','.join('?' * len(taken))}) ORDER BY visible_at, id LIMIT ?",
+                                    (name, now, *taken, n - len(messages))).fetchall()
+                redriven = 0
+                for message_id, body, count in rows:
+                    if queue.dlq is not None and queue.max_receives is not None and count >= queue.max_receives:
+                        self._redrive(conn, message_id, body, name, queue.dlq, now)
+                        redriven += 1
+                        continue
+                    receipt = secrets.token_hex(16)
+                    conn.execute("UPDATE messages SET receipt = ?, receive_count = ?, visible_at = ? WHERE id = ?",
+                                 (receipt, count + 1, hidden_until, message_id))
+                    messages.append(Message(body, receipt, count + 1, SCHEME + name))
+                    taken.append(message_id)
+                if not redriven:  # every row handed out, or none left: no need to look again
+                    break
+            self._purge(conn)
         return messages
+
+    @staticmethod
+    def _redrive(conn: sqlite3.Connection, message_id: int, body: str, source: str, target: str, now: float) -> None:
+        """One message to the end of its dead-letter queue, as a new message."""
+        conn.execute("INSERT INTO messages (queue, body, receipt, receive_count, visible_at) VALUES (?, ?, NULL, 0, ?)",
+                     (target, body, now))
+        conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+        conn.executemany(_GROW, [(-1, source), (1, target)])
 
     @staticmethod
     def _move(conn: sqlite3.Connection, source: str, target: str, now: float, where: str = "",
@@ -228,14 +285,17 @@ class SqliteQueues:
         conn.execute("INSERT INTO messages (queue, body, receipt, receive_count, visible_at) "
                      f"SELECT ?, body, NULL, 0, ? FROM messages WHERE {selected} ORDER BY id",
                      (target, now, source, now, *args))
-        return conn.execute(f"DELETE FROM messages WHERE {selected}", (source, now, *args)).rowcount
+        moved: int = conn.execute(f"DELETE FROM messages WHERE {selected}", (source, now, *args)).rowcount
+        conn.executemany(_GROW, [(-moved, source), (moved, target)])
+        return moved
 
     def delete_message(self, url: str, receipt: str) -> None:
         """Delete the message this receipt names; none (deleted, received again since, or its queue
         gone) is not an error."""
         name = self._name(url)
         with self._transaction("delete_message") as conn:
-            conn.execute("DELETE FROM messages WHERE queue = ? AND receipt = ?", (name, receipt))
+            deleted = conn.execute("DELETE FROM messages WHERE queue = ? AND receipt = ?", (name, receipt)).rowcount
+            conn.execute(_GROW, (-deleted, name))
 
     def retry_later(self, message: Message, delay_s: int = 0) -> None:
         """Make a received message visible again after `delay_s`; a receipt that no longer names
@@ -249,14 +309,17 @@ class SqliteQueues:
                          (self._clock() + delay_s, name, message.receipt))
 
     def counts(self, url: str) -> QueueCounts:
+        """The queue's messages waiting and in flight: exact, but for more than COUNT_CAP in
+        flight, when COUNT_CAP is said and the rest counted as waiting (the total stays exact)."""
         name = self._name(url)
         with self._transaction("counts", immediate=False) as conn:
             self._queue(conn, name, "counts")
-            now = self._clock()
-            waiting, in_flight = conn.execute(
-                "SELECT COALESCE(SUM(visible_at <= ?), 0), COALESCE(SUM(visible_at > ?), 0) "
-                "FROM messages WHERE queue = ?", (now, now, name)).fetchone()
-        return QueueCounts(int(waiting), int(in_flight))
+            size = conn.execute("SELECT messages FROM sizes WHERE name = ?", (name,)).fetchone()
+            total = size[0] if size else 0
+            (in_flight,) = conn.execute("SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY messages_visible "
+                                        "WHERE queue = ? AND visible_at > ? LIMIT ?)",
+                                        (name, self._clock(), COUNT_CAP)).fetchone()
+        return QueueCounts(int(total) - int(in_flight), int(in_flight))
 
     def peek(self, url: str, limit: int = 100) -> list[Message]:
         """Up to `limit` messages, oldest first, looked at and left visible. A look counts as a

@@ -65,6 +65,33 @@ def test_a_job_that_cannot_work_is_refused_with_the_reason(admin: APIClient, dat
     assert message in r.json()["message"]
 
 
+@pytest.mark.parametrize("value", [10**12, 43201, 0, -1, "60", 1.5, True, None])
+def test_a_lease_time_out_of_range_is_refused_and_creates_nothing(admin: APIClient, dataset: Dataset,
+                                                                  value: Any) -> None:
+    """Before, 10**12 (or a negative number) made the job's row, then failed to make its queues:
+    a job "uploading" forever with no queues. SQS takes 0 to 43200 s; a lease of 0 s holds nothing."""
+    from ndstore.wiring import services
+
+    r = admin.post("/v1/ingest/", {**JOB, "visibility_timeout_s": value}, format="json")
+    assert r.status_code == 400, r.content
+    assert "visibility_timeout_s must be an integer from 1 to 43200" in r.json()["message"], r.content
+    assert admin.get("/v1/ingest/").json()["jobs"] == []
+    ingest = services().ingest
+    assert [q for q in ingest.queues.names(ingest.queue_prefix) if not q.endswith(("-tile-events", "-reap"))] == []
+    assert admin.post("/v1/ingest/", {**JOB, "visibility_timeout_s": 43200}, format="json").status_code == 201
+
+
+def test_a_job_whose_queues_cannot_be_made_leaves_no_row(admin: APIClient, dataset: Dataset,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ndstore import wiring
+    from ndstore.ops.localstack import free_port
+
+    monkeypatch.setenv("NDSTORE_INGEST_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens
+    wiring.services.cache_clear()
+    assert admin.post("/v1/ingest/", JOB, format="json").status_code == 503
+    assert admin.get("/v1/ingest/").json()["jobs"] == []
+
+
 def test_only_writers_of_the_channel_may_ingest(dataset: Dataset, grant: Any) -> None:
     assert APIClient().post("/v1/ingest/", JOB, format="json").status_code == 401
     reader = grant("reader", "c1", "read")
@@ -78,22 +105,29 @@ def test_only_writers_of_the_channel_may_ingest(dataset: Dataset, grant: Any) ->
 
 
 def test_cancelling_a_job_removes_its_queues_and_tiles(admin: APIClient, dataset: Dataset) -> None:
+    from lambdas.runner import QueuePoller
     from ndstore.wiring import services
 
     job = admin.post("/v1/ingest/", JOB, format="json").json()
+    assert admin.post(f"/v1/ingest/{job['id']}/tasks/", {"max": 1}, format="json").status_code == 200  # queues 6
     ingest = services().ingest
     spec = ingest.job(job["id"])
     key = spec.tile_key(TileRef(0, 0, 0, 0))
     ingest.tiles.put(key, b"tile", {})
     ingest.url(spec.queue("supercuboid"))  # cached by this process
     assert admin.delete(f"/v1/ingest/{job['id']}/").status_code == 204
-    assert ingest.tiles.metadata(key) is None
     assert ingest.queues.url(spec.queue("upload")) is None
     with pytest.raises(NotFound, match="does not exist"):  # the cached URL went with the queue
         ingest.url(spec.queue("supercuboid"))
     assert admin.get(f"/v1/ingest/{job['id']}/").json()["state"] == "cancelled"
     r = admin.delete(f"/v1/ingest/{job['id']}/")
     assert r.status_code == 409 and "cancelled already" in r.json()["message"]
+    # its tiles and rows go in the background: the runner's steps on the removal queue
+    poller = QueuePoller(ingest.queues, ingest.queue_prefix, refresh_s=0)
+    for _ in range(20):
+        if not poller.poll_once() and ingest.index.job_spec(str(job["id"])) is None:
+            break
+    assert ingest.tiles.metadata(key) is None and ingest.index.job_spec(str(job["id"])) is None
 
 
 def test_a_channel_with_a_job_in_progress_cannot_be_deleted(admin: APIClient, dataset: Dataset) -> None:
@@ -184,8 +218,8 @@ def test_an_uploader_leases_tasks_and_puts_tiles_with_presigned_urls(admin: APIC
     assert r.status_code == 200 and r.json() == {"failed": 1}
     tiles = {tuple(t["tile"]): encode_tile(np.full((256, 256), 40 + t["tile"][3], np.uint8), "png") for t in good}
     r = admin.post(f"/v1/ingest/{job['id']}/uploads/",
-                   {"tiles": [{**t, "sha256": hashlib.sha256(tiles[tuple(t["tile"])]).hexdigest()} for t in good]},
-                   format="json")
+                   {"tiles": [{**t, "sha256": hashlib.sha256(tiles[tuple(t["tile"])]).hexdigest(),
+                               "size": len(tiles[tuple(t["tile"])])} for t in good]}, format="json")
     assert r.status_code == 200, r.content
     for target in r.json()["uploads"]:
         assert "Authorization" not in target["headers"] and target["method"] == "PUT"
@@ -207,12 +241,18 @@ def test_an_uploader_leases_tasks_and_puts_tiles_with_presigned_urls(admin: APIC
     ("tasks/", {"max": 0}, "max must be an integer from 1 to 100"),
     ("tasks/", {"max": "9"}, "max must be an integer"),
     ("uploads/", {"tiles": []}, "a list of 1 to 100 objects"),
-    ("uploads/", {"tiles": [{"tile": [0, 0, 0, 9], "receipt": "r", "sha256": "0" * 64}]}, "not part of this ingest"),
-    ("uploads/", {"tiles": [{"tile": [0, 0, 0, 2], "receipt": "r", "sha256": "0" * 64}]}, "not part of this ingest"),
-    ("uploads/", {"tiles": [{"tile": [0, 0, 0], "receipt": "r", "sha256": "0" * 64}]}, "a tile is [t, z"),
-    ("uploads/", {"tiles": [{"tile": [0, 0, 0, 0], "receipt": "r", "sha256": "zz"}]}, "64 lowercase hex"),
-    ("uploads/", {"tiles": [{"tile": [0, 0, 0, 0], "sha256": "0" * 64}]}, "'receipt' as a string"),
+    ("uploads/", {"tiles": [{"tile": [0, 0, 0, 9], "receipt": "r", "sha256": "0" * 64, "size": 9}]},
+     "not part of this ingest"),
+    ("uploads/", {"tiles": [{"tile": [0, 0, 0, 2], "receipt": "r", "sha256": "0" * 64, "size": 9}]},
+     "not part of this ingest"),
+    ("uploads/", {"tiles": [{"tile": [0, 0, 0], "receipt": "r", "sha256": "0" * 64, "size": 9}]}, "a tile is [t, z"),
+    ("uploads/", {"tiles": [{"tile": [0, 0, 0, 0], "receipt": "r", "sha256": "zz", "size": 9}]}, "64 lowercase hex"),
+    ("uploads/", {"tiles": [{"tile": [0, 0, 0, 0], "sha256": "0" * 64, "size": 9}]}, "'receipt' as a string"),
+    ("uploads/", {"tiles": [{"tile": [0, 0, 0, 0], "receipt": "r", "sha256": "0" * 64}]}, "'size': the tile file's"),
+    ("uploads/", {"tiles": [{"tile": [0, 0, 0, 0], "receipt": "r", "sha256": "0" * 64, "size": 9}]},
+     "not on lease to you: lease its task first"),
     ("tasks/failed/", {"tasks": [{"tile": [0, 3, 0, 0], "receipt": "r", "error": "x"}]}, "not part of this ingest"),
+    ("tasks/failed/", {"tasks": [{"tile": [0, 0, 0, 0], "receipt": "r", "error": "x"}]}, "not on lease to you"),
 ])
 def test_upload_routes_name_what_is_wrong(admin: APIClient, dataset: Dataset, route: str, body: dict[str, Any],
                                           message: str) -> None:

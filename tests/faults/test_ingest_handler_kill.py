@@ -35,7 +35,7 @@ def upload_tiles(stack: Stack, job: dict[str, Any], volume: np.ndarray) -> None:
 
     import requests
 
-    from ndstore.client.ingest import IngestClient, JobShape, _upload_batch
+    from ndstore.client.ingest import IngestClient, JobShape, ServiceRefused, _upload_batch
     from tests.faults.conftest import TOKEN
 
     client, shape = IngestClient(stack.url, TOKEN), JobShape.of(job)
@@ -47,11 +47,14 @@ def upload_tiles(stack: Stack, job: dict[str, Any], volume: np.ndarray) -> None:
     reports: queue.Queue[Any] = queue.Queue()
     with requests.Session() as store:
         while tasks := client.lease(shape.job_id, 10)["tasks"]:
-            _upload_batch(client, store, shape, tasks, read, reports)
+            try:
+                _upload_batch(client, store, shape, tasks, read, reports)
+            except ServiceRefused as exc:  # the batch outlasted its lease: its tasks come back
+                assert exc.status == 400 and "lease" in str(exc), exc
     outcomes = [reports.get()[0] for _ in range(reports.qsize())]
-    # A lease lasts this stack's 3 s visibility timeout: on a slow machine a batch can outlast it
-    # and some of its tiles are leased and uploaded again (at least once, as SQS promises; the
-    # job's counters below still count each tile once).
+    # A lease lasts this stack's 3 s visibility timeout: on a slow machine a batch can outlast it;
+    # its URLs are then refused (or its tiles, arriving late) and its tiles leased and uploaded
+    # again (the job's counters below still count each tile once).
     assert set(outcomes) == {"uploaded"} and len(outcomes) >= 16, outcomes
 
 

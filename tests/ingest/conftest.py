@@ -25,6 +25,7 @@ FRAME = Box((0, 0, 0), (1024, 1024, 80))
 BOX = Box((0, 0, 0), (1024, 768, 6))  # 4 x 3 tiles of 256 per slice: 72 tiles in 4 supercuboids
 BIG_BOX = Box((0, 0, 0), (1024, 768, 24))  # 288 tiles
 TILE = 256
+UPLOADER = "service"  # the name the engine calls leases and uploads by (a user's pk through the API)
 
 
 def source_volume(box: Box = BOX) -> npt.NDArray[np.uint8]:
@@ -69,7 +70,7 @@ class Pipeline:
         uploaded = 0
         with requests.Session() as store:
             while limit is None or uploaded < limit:
-                leases = self.ingest.lease(job, 10)
+                leases = self.ingest.lease(job, 10, UPLOADER)
                 if not leases:
                     break
                 tasks = [{"tile": [le.tile.t, le.tile.z, le.tile.y_index, le.tile.x_index], "receipt": le.receipt}
@@ -120,14 +121,15 @@ class EngineRoutes:
 
     def uploads(self, job_id: int, tiles: list[dict[str, Any]]) -> list[dict[str, Any]]:
         targets = self.pipeline.ingest.grant_uploads(
-            self.pipeline.job, [TileUpload(TileRef(*t["tile"]), t["receipt"], t["sha256"]) for t in tiles])
+            self.pipeline.job, [TileUpload(TileRef(*t["tile"]), t["receipt"], t["sha256"], t["size"]) for t in tiles],
+            UPLOADER)
         return [{"url": t.url, "headers": t.headers} for t in targets]
 
     def report_failed(self, job_id: int, tasks: list[dict[str, Any]]) -> int:
         job = self.pipeline.job
         self.pipeline.failures += [(job.tile_key(TileRef(*t["tile"])), t["error"]) for t in tasks]
         return self.pipeline.ingest.report_failed(job, [(Lease(TileRef(*t["tile"]), t["receipt"]), t["error"])
-                                                        for t in tasks])
+                                                        for t in tasks], UPLOADER)
 
 
 def all_cleaned(status: dict[str, Any]) -> bool:

@@ -90,8 +90,8 @@ def lease_all(lab: Lab, job: int | None = None) -> list[dict[str, Any]]:
 def upload(lab: Lab, tasks: list[dict[str, Any]], value: int) -> list[dict[str, Any]]:
     """Leave to upload each tile (content `value`), then the PUTs; returns the grants."""
     body = tile_image(value)
-    r = lab.client.post(f"/v1/ingest/{lab.job}/uploads/",
-                        {"tiles": [{**t, "sha256": hashlib.sha256(body).hexdigest()} for t in tasks]}, format="json")
+    leave = {"sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}
+    r = lab.client.post(f"/v1/ingest/{lab.job}/uploads/", {"tiles": [{**t, **leave} for t in tasks]}, format="json")
     assert r.status_code == 200, r.content
     grants: list[dict[str, Any]] = r.json()["uploads"]
     for grant in grants:
@@ -121,7 +121,7 @@ def test_through_what_a_user_reaches_the_victims_job_is_hers_alone(labs: tuple[L
     alice, mallory = labs
     # Another's job, by its (sequential) id: nothing to lease, no leave to upload, nothing to report.
     assert mallory.client.post(f"/v1/ingest/{alice.job}/tasks/", {"max": 10}, format="json").status_code == 403
-    fake = {"tile": [0, 0, 0, 0], "receipt": "r", "sha256": "0" * 64}
+    fake = {"tile": [0, 0, 0, 0], "receipt": "r", "sha256": "0" * 64, "size": 9}
     for route, body in (("uploads/", {"tiles": [fake]}), ("tasks/failed/", {"tasks": [{**fake, "error": "x"}]})):
         assert mallory.client.post(f"/v1/ingest/{alice.job}/{route}", body, format="json").status_code == 403
     for method in ("get", "delete"):

@@ -160,6 +160,27 @@ def test_delete_removes_rows_and_ignores_missing_ones(state: JobState) -> None:
     state.delete([])
 
 
+def test_a_leave_stands_until_revoked_and_a_stopped_job_gives_none(state: JobState) -> None:
+    assert state.leaves(JOB) is None  # no such job
+    state.put_job(JOB, "spec")
+    assert state.leaves(JOB) == {}
+    alice = state.open_leave(JOB, "12")
+    assert alice and state.open_leave(JOB, "12") == alice  # kept, not made again
+    bob = state.open_leave(JOB, "13")
+    assert bob and bob != alice and state.leaves(JOB) == {"12": alice, "13": bob}
+    state.revoke_leave(JOB, "12")
+    state.revoke_leave(JOB, "12")  # idempotent
+    assert state.leaves(JOB) == {"13": bob}
+    again = state.open_leave(JOB, "12")
+    assert again and again != alice  # a leave revoked never stands again
+    state.stop(JOB)
+    state.stop(JOB)
+    assert state.leaves(JOB) is None and state.open_leave(JOB, "14") is None
+    assert state.job_spec(JOB) == "spec"  # the record stays for the removal that follows
+    with pytest.raises(StorageError, match="not an uploader"):
+        state.open_leave("8", "a.b")
+
+
 # -- SQLite only ------------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import random
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable
@@ -225,15 +226,19 @@ def test_a_missing_queue_is_a_storage_error(queues: WorkQueue, prefix: str) -> N
 # -- what only the SQLite queues promise -------------------------------------------------------
 
 
-def test_sqlite_hands_out_oldest_first(tmp_path: Path) -> None:
-    q = SqliteQueues(tmp_path / "queues.sqlite3")
+def test_sqlite_hands_out_the_longest_visible_first(tmp_path: Path) -> None:
+    now = [1000.0]
+    q = SqliteQueues(tmp_path / "queues.sqlite3", clock=lambda: now[0])
     url = q.create("order", visibility_s=300, max_receives=3)
     q.send(url, [f"m{i:02}" for i in range(25)])
     first = q.receive(url, 50, wait_s=0)
     assert [m.body for m in first] == [f"m{i:02}" for i in range(10)]
-    q.retry_later(first[3], 0)
-    assert [m.body for m in q.receive(url, 3, wait_s=0)] == ["m03", "m10", "m11"]
-    assert [m.body for m in q.peek(url, 100)] == [f"m{i:02}" for i in range(12, 25)]
+    now[0] += 1
+    q.retry_later(first[3], 0)  # visible again, behind those visible since the send
+    assert [m.body for m in q.receive(url, 3, wait_s=0)] == ["m10", "m11", "m12"]
+    now[0] += 299  # the first lease ran out: those nine are visible now, behind m13.. and m03
+    assert [m.body for m in q.peek(url, 100)] == [*(f"m{i:02}" for i in range(13, 25)), "m03",
+                                                  *(f"m{i:02}" for i in (0, 1, 2, 4, 5, 6, 7, 8, 9))]
 
 
 def test_sqlite_follows_its_clock(tmp_path: Path) -> None:
@@ -340,3 +345,24 @@ def test_sqlite_two_processes_never_share_a_hidden_message(tmp_path: Path) -> No
     assert len(everything) == len(set(everything)) == 200
     assert set(everything) == set(bodies)
     assert q.counts(url) == QueueCounts(0, 200)
+
+
+def test_sqlite_a_deleted_queue_goes_at_once_and_its_messages_a_batch_at_a_time(tmp_path: Path) -> None:
+    from ndstore.storage import sqlite_queue
+
+    q = SqliteQueues(tmp_path / "queues.sqlite3")
+    url, other = q.create("big", visibility_s=300, max_receives=3), q.create("other", visibility_s=300, max_receives=3)
+    q.send(url, [f"m{i}" for i in range(2500)])
+    q.delete("big")
+    assert q.url("big") is None and q.names("big") == []
+
+    def left() -> int:
+        with sqlite3.connect(q.path) as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM messages WHERE queue = 'big'").fetchone()[0])
+
+    assert left() == 2500 - sqlite_queue.PURGE_BATCH  # one batch went with the delete
+    q.send(other, ["x"])  # and one with each change that follows
+    assert left() == 2500 - 2 * sqlite_queue.PURGE_BATCH
+    again = q.create("big", visibility_s=300, max_receives=3)  # a name made again starts empty
+    assert left() == 0 and q.counts(again) == QueueCounts(0, 0) and q.receive(again, 10, wait_s=0) == []
+    assert q.counts(other) == QueueCounts(1, 0)

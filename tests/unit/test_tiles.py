@@ -38,10 +38,29 @@ def test_every_tile_belongs_to_one_supercuboid_and_ordinals_number_them() -> Non
 @pytest.mark.parametrize(("box", "tile", "message"), [
     (Box((0, 0, 0), (512, 512, 4)), 384, "tile_x 384 must divide the supercuboid extent 512"),
     (Box((100, 0, 0), (512, 512, 4)), 256, "must start on the tile grid"),
+    (Box((0, 0, 0), (512, 512, 4)), 32, r"16384 tiles per supercuboid \(512x512x64\); at most 4096"),
 ])
 def test_a_layout_that_cannot_work_is_refused_with_the_reason(box: Box, tile: int, message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):
         layout(box, tile).validate()
+
+
+@pytest.mark.parametrize("box", [Box((0, 0, 0), (1100, 600, 70)), Box((512, 256, 60), (1536, 1000, 200)),
+                                 Box((256, 0, 3), (300, 256, 4))])
+def test_a_manifest_position_is_found_by_arithmetic(box: Box) -> None:
+    """locate, offset_of, supercuboid_at and manifest(start) agree with walking the manifest
+    (they cost O(1): a lease deep into a large job's manifest no longer walks to its position)."""
+    lay = layout(box, tile=128, times=range(1, 3))
+    walked = [(number, within, tile) for number, sc in enumerate(lay.supercuboids())
+              for within, tile in enumerate(lay.tiles_of(sc))]
+    assert len(walked) == lay.tile_count()
+    for offset, (number, within, _) in enumerate(walked):
+        assert lay.locate(offset) == (number, within)
+        if within == 0:
+            assert lay.offset_of(lay.supercuboid_at(number)) == offset
+    assert [lay.supercuboid_at(n) for n in range(lay.supercuboid_count())] == list(lay.supercuboids())
+    for start in (0, 1, 17, len(walked) // 2, len(walked) - 1, len(walked)):
+        assert list(lay.manifest(start)) == [t for _, _, t in walked[start:]]
 
 
 def test_tile_keys_round_trip() -> None:

@@ -3,8 +3,10 @@
 The upload client (`ndstore ingest`) holds no credentials of the pipeline's queues, bucket or
 tile index: it works through these routes, as the job's creator (or an admin of its channel):
     POST /v1/ingest/{id}/tasks/         lease upload tasks: {"max": n} -> {"tasks": [{tile, receipt}]}
-    POST /v1/ingest/{id}/uploads/       {"tiles": [{tile, receipt, sha256}]} -> a presigned PUT per tile
-    POST /v1/ingest/{id}/tasks/failed/  {"tasks": [{tile, receipt, error}]}: tiles it could not send
+    POST /v1/ingest/{id}/uploads/       {"tiles": [{tile, receipt, sha256, size}]} -> a PUT per leased tile
+    POST /v1/ingest/{id}/tasks/failed/  {"tasks": [{tile, receipt, error}]}: leased tiles it could not send
+The receipt of a lease is the caller's alone and ends with the lease: a URL is given, and a failure
+taken, only for a task the caller holds on lease now (400 otherwise).
 """
 
 from __future__ import annotations
@@ -21,14 +23,26 @@ from ndstore.api import audit, auth, lookups
 from ndstore.api.media import read_capped_body
 from ndstore.api.models import IngestJob
 from ndstore.api.schema import TOKEN_REQUIRED, binary, errors
-from ndstore.core.errors import Conflict, InvalidRequest, NotFound
+from ndstore.core.errors import Conflict, InvalidRequest, NDStoreError, NotFound, PayloadTooLarge
 from ndstore.core.geometry import Box, check_inside
 from ndstore.core.tiles import TILE_FORMATS
-from ndstore.engine.ingest import MAX_LEASE, PHASES, RECEIPT, SHA256, SIGNATURE, Lease, TileUpload, tile_ref
+from ndstore.engine.ingest import (
+    LEAVE,
+    MAX_LEASE,
+    PHASES,
+    RECEIPT,
+    SHA256,
+    SIGNATURE,
+    SIZE,
+    Lease,
+    TileUpload,
+    tile_ref,
+)
 from ndstore.engine.ingest import IngestJob as JobSpec
 from ndstore.wiring import services
 
 BOX_FIELDS = ("x_start", "x_stop", "y_start", "y_stop", "z_start", "z_stop")
+MAX_VISIBILITY_S = 43200  # SQS's longest visibility timeout (12 h); 0 would lease nothing
 
 # The OpenAPI description of the job and of the upload client's bodies.
 SPAN = serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2,
@@ -36,7 +50,7 @@ SPAN = serializers.ListField(child=serializers.IntegerField(), min_length=2, max
 COUNT = serializers.IntegerField()
 TILE = serializers.ListField(child=serializers.IntegerField(min_value=0), min_length=4, max_length=4,
                              help_text="[t, z, y index, x index]")
-RECEIPT_FIELD = serializers.CharField(help_text="the receipt its lease came with")
+RECEIPT_FIELD = serializers.CharField(help_text="the receipt its lease came with (yours alone, until the lease ends)")
 QUEUE = inline_serializer("IngestQueue", {"waiting": COUNT, "in_flight": COUNT,
                                          "failed": serializers.IntegerField(help_text="dead-letter tasks")})
 STATUS = inline_serializer("IngestStatus", {
@@ -69,10 +83,14 @@ NEW_JOB = inline_serializer("NewIngestJob", {
     "t_stop": serializers.IntegerField(min_value=1, default=1),
     "file_format": serializers.ChoiceField(choices=list(TILE_FORMATS), default="png", help_text="any case"),
     "visibility_timeout_s": serializers.IntegerField(
-        min_value=1, required=False, help_text="how long a leased task stays hidden (default: the service's)"),
+        min_value=1, max_value=MAX_VISIBILITY_S, required=False,
+        help_text="how long a lease lasts: its task stays hidden and its upload URLs work that long, "
+                  "in seconds (default: the service's)"),
 })
 JOB_ERRORS = {404: "no such ingest job", 409: "the job is not uploading"}
 UPLOADER = "For the job's creator or an admin of its channel, while the job uploads."
+LEASED = (f"{UPLOADER} Only for tasks the caller holds on lease now (POST /v1/ingest/{{job_id}}/tasks/): a receipt "
+          "that is another's, forged, or whose lease ended is refused (400).")
 
 
 def _leased(name: str, **fields: serializers.Field) -> serializers.ListSerializer:
@@ -80,12 +98,13 @@ def _leased(name: str, **fields: serializers.Field) -> serializers.ListSerialize
                              min_length=1, max_length=MAX_LEASE)
 
 
-def _int(data: dict[str, Any], name: str, default: int | None = None, low: int = 0) -> int:
+def _int(data: dict[str, Any], name: str, default: int | None = None, low: int = 0, high: int | None = None) -> int:
     value = data.get(name, default)
+    allowed = f"from {low} to {high}" if high is not None else f">= {low}"
     if value is None:
-        raise InvalidRequest(f"{name} is required")
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidRequest(f"{name} must be an integer >= {low}, not {value!r}")
+        raise InvalidRequest(f"{name} is required" + (f": {name} must be an integer {allowed}" if high else ""))
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        raise InvalidRequest(f"{name} must be an integer {allowed}, not {value!r}"[:200])
     return value
 
 
@@ -156,6 +175,19 @@ def _text(item: dict[str, Any], name: str) -> str:
     return value
 
 
+def _size(item: dict[str, Any]) -> int:
+    value = item.get("size")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidRequest("each item needs 'size': the tile file's length in bytes, a positive integer")
+    return value
+
+
+def _uploader(request: Any) -> str:
+    """Who leases and uploads, as the pipeline names them (its leave on a job is revoked when
+    its write permission goes: ndstore.api.ingest_leaves)."""
+    return str(request.user.pk)
+
+
 class IngestJobList(APIView):
     @extend_schema(summary="List ingest jobs", description="Yours (everyone's for staff), newest first, at most 100.",
                    auth=TOKEN_REQUIRED,
@@ -200,16 +232,32 @@ class IngestJobList(APIView):
         if fields["t_stop"] > volume.num_time_samples or fields["t_start"] >= fields["t_stop"]:
             raise InvalidRequest(f"time range {fields['t_start']}:{fields['t_stop']} is not inside the "
                                  f"experiment's 0:{volume.num_time_samples}")
-        visibility = _int(data, "visibility_timeout_s", services().config.ingest_visibility_s, low=1)
+        visibility = _int(data, "visibility_timeout_s", services().config.ingest_visibility_s, low=1,
+                          high=MAX_VISIBILITY_S)
         job = IngestJob(channel=chan, creator=request.user, **fields)
         spec = spec_of(job)
         spec.layout.validate()
         audit.record(request, action="create", channel="/".join(names), box=[[box[f"{a}_start"], box[f"{a}_stop"]]
                                                                               for a in "xyz"])
-        job.save()
-        spec = spec_of(job)  # now with its id
-        services().ingest.create(spec, visibility, services().config.ingest_notify_queue)
+        _create(job, visibility)
         return Response(describe(job, with_status=False), status=201)
+
+
+def _create(job: IngestJob, visibility_s: int) -> None:
+    """Save the job and create its record and queues; if that fails, neither stays behind
+    (the row is deleted, what was created of the pipeline's part is stopped and removed)."""
+    job.save()
+    ingest, spec = services().ingest, spec_of(job)
+    try:
+        ingest.create(spec, visibility_s, services().config.ingest_notify_queue)
+    except BaseException:
+        job.state = "cancelled"  # what is left of the pipeline's part is stopped below, not by the delete's signal
+        job.delete()
+        try:
+            ingest.stop(spec, delete_tiles=False)
+        except NDStoreError:
+            pass  # the pipeline is unreachable: nothing of the job can have been uploaded either
+        raise
 
 
 class IngestJobView(APIView):
@@ -222,12 +270,13 @@ class IngestJobView(APIView):
                    responses={204: OpenApiResponse(None, description="cancelled"),
                               **errors(401, 403, 404, 409, 503, meanings=JOB_ERRORS)})
     def delete(self, request: Any, job_id: int) -> Response:
-        """Cancel: delete the job's queues, tiles and index rows; supercuboids already built stay."""
+        """Cancel: the job stops at once (its tiles are refused from now on) and its queues go;
+        its tiles and index rows are removed in the background. Supercuboids already built stay."""
         job = _job(job_id, request)
         if job.state != "uploading":
             raise Conflict(f"ingest job {job_id} is {job.state} already")
         audit.record(request, action="cancel", job=job.id, channel=_path(job))
-        services().ingest.remove(spec_of(job), delete_tiles=True)
+        services().ingest.stop(spec_of(job), delete_tiles=True)
         job.state, job.finished = "cancelled", timezone.now()
         job.save(update_fields=["state", "finished"])
         return Response(status=204)
@@ -251,7 +300,7 @@ class IngestJobComplete(APIView):
                            f"uploaded, {sc['built']} of {sc['total']} supercuboids built, {sc['cleaned']} cleaned, "
                            f"{failed} tasks failed (see GET /v1/ingest/{job_id}/; POST .../retry/ requeues failures)")
         audit.record(request, action="complete", job=job.id, channel=_path(job))
-        services().ingest.remove(spec, delete_tiles=False)
+        services().ingest.stop(spec, delete_tiles=False)
         job.state, job.finished = "complete", timezone.now()
         job.save(update_fields=["state", "finished"])
         return Response(describe(job, with_status=False))
@@ -275,7 +324,7 @@ class IngestTasks(APIView):
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_LEASE:
             raise InvalidRequest(f"max must be an integer from 1 to {MAX_LEASE}")
         ingest = services().ingest
-        leases = ingest.lease(spec, count)
+        leases = ingest.lease(spec, count, _uploader(request))
         progress = ingest.upload_progress(spec)
         return Response({"tasks": [{"tile": [lease.tile.t, lease.tile.z, lease.tile.y_index, lease.tile.x_index],
                                     "receipt": lease.receipt} for lease in leases], **progress})
@@ -283,28 +332,33 @@ class IngestTasks(APIView):
 
 class IngestUploads(APIView):
     @extend_schema(
-        summary="Presigned PUTs for leased tiles", description=UPLOADER,
-        request=inline_serializer("TileUploads", {"tiles": _leased("TileUpload", sha256=serializers.RegexField(
-            r"^[0-9a-f]{64}$", help_text="SHA-256 of the tile's content, lowercase hex"))}),
+        summary="Presigned PUTs for leased tiles", description=LEASED,
+        request=inline_serializer("TileUploads", {"tiles": _leased(
+            "TileUpload", sha256=serializers.RegexField(r"^[0-9a-f]{64}$",
+                                                         help_text="SHA-256 of the tile's content, lowercase hex"),
+            size=serializers.IntegerField(min_value=1, help_text="the tile file's length in bytes: at most twice "
+                                                                 "the tile's voxels plus 64 KiB"))}),
         responses={200: inline_serializer("UploadTargets", {"uploads": inline_serializer("UploadTarget", {
                        "tile": TILE, "method": serializers.ChoiceField(choices=["PUT"]),
-                       "url": serializers.CharField(help_text="works for one hour, for this tile's key only"),
+                       "url": serializers.CharField(help_text="works until the tile's lease ends (an hour at most), "
+                                                              "for this tile's key and size only"),
                        "headers": serializers.DictField(child=serializers.CharField(),
                                                         help_text="to send exactly, with the PUT")}, many=True)}),
-                   **errors(400, 401, 403, 404, 409, 413, 415, 503, meanings=JOB_ERRORS)})
+                   **errors(400, 401, 403, 404, 409, 413, 415, 503, meanings={
+                       **JOB_ERRORS, 413: "a tile's size is over its job's bound"})})
     def post(self, request: Any, job_id: int) -> Response:
-        """A presigned PUT per leased tile, for the content whose SHA-256 the uploader names."""
+        """A PUT per leased tile, for the content whose SHA-256 and size the uploader names."""
         _, spec = _uploading(job_id, request)
-        uploads = [TileUpload(tile_ref(i.get("tile")), _text(i, "receipt"), _text(i, "sha256"))
+        uploads = [TileUpload(tile_ref(i.get("tile")), _text(i, "receipt"), _text(i, "sha256"), _size(i))
                    for i in _items(request, "tiles", MAX_LEASE)]
-        targets = services().ingest.grant_uploads(spec, uploads)
+        targets = services().ingest.grant_uploads(spec, uploads, _uploader(request))
         return Response({"uploads": [{"tile": i["tile"], "method": "PUT", "url": t.url, "headers": t.headers}
                                      for i, t in zip(request.data["tiles"], targets)]})
 
 
 class IngestFailedTasks(APIView):
     @extend_schema(
-        summary="Report tiles that could not be sent", description=UPLOADER,
+        summary="Report tiles that could not be sent", description=LEASED,
         request=inline_serializer("FailedTasks", {"tasks": _leased("FailedTask", error=serializers.CharField(
             help_text="what went wrong (kept to 1000 characters)"))}),
         responses={200: inline_serializer("FailedCount", {"failed": COUNT}),
@@ -314,7 +368,7 @@ class IngestFailedTasks(APIView):
         _, spec = _uploading(job_id, request)
         failures = [(Lease(tile_ref(i.get("tile")), _text(i, "receipt")), _text(i, "error"))
                     for i in _items(request, "tasks", MAX_LEASE)]
-        return Response({"failed": services().ingest.report_failed(spec, failures)})
+        return Response({"failed": services().ingest.report_failed(spec, failures, _uploader(request))})
 
 
 class IngestJobRetry(APIView):
@@ -331,53 +385,80 @@ class IngestJobRetry(APIView):
 
 
 class LocalTileUpload(APIView):
-    """`PUT /v1/ingest/tiles/{key}?expires=&signature=`: the local tile store's presigned PUT
-    (where no S3 takes them): the signature the service gave with the leave to upload is the
-    authority, checked with the metadata headers before the body is read."""
+    """`PUT /v1/ingest/tiles/{key}?expires=&size=&signature=`: the local tile store's presigned
+    PUT (where no S3 takes them). Before the body is read: the signature the service gave with
+    the leave to upload (key, metadata headers, size, expiry), a Content-Length of that size, and
+    that the job is live and the uploader's leave on it stands. Then exactly that many bytes."""
 
     authentication_classes: list[Any] = []
     permission_classes: list[Any] = []
     throttle_classes: list[Any] = []
+    _signed_size = 0
 
     def max_body_bytes(self) -> int:
-        return services().config.max_body_bytes
+        return self._signed_size
 
     def body_limit(self, request: Any, kw: dict[str, Any]) -> int:
-        """What the front may read of the body (ndstore/api/admission.py): the leave is checked first."""
-        self._leave(request, kw["key"])
-        return self.max_body_bytes()
+        """What may be read of the body (the front asks before it reads it): the signed size,
+        once the leave, the declared length and the job are checked."""
+        return self._leave(request, kw["key"])[2]
 
     @staticmethod
-    def _leave(request: Any, key: str) -> tuple[Any, dict[str, str]]:
-        """The tile store and the upload's metadata headers, once the leave to upload is checked."""
+    def _leave(request: Any, key: str) -> tuple[Any, dict[str, str], int]:
+        """The tile store, the upload's metadata headers and its signed size, once the leave to
+        upload (signature, expiry), the declared Content-Length and the job's standing are checked."""
         store = services().ingest_stores.uploads
         if store is None:
             raise NotFound("this service's tile store takes uploads at its own URLs (presigned S3 PUTs), not here")
         meta = {name.removeprefix("HTTP_X_AMZ_META_").lower().replace("_", "-"): value
                 for name, value in request.META.items() if name.startswith("HTTP_X_AMZ_META_")}
         query = request.GET
-        store.check_leave(key, query.get("expires", ""), query.get("signature", ""), meta)
-        return store, meta
+        size = store.check_leave(key, query.get("expires", ""), query.get("size", ""), query.get("signature", ""),
+                                 meta)
+        _check_length(request, key, size)
+        services().ingest.check_upload(key, meta)
+        return store, meta, size
 
     @extend_schema(
         summary="Upload a tile (local tile store)",
         description="The URL and headers come from POST /v1/ingest/{job_id}/uploads/; the body is the tile file as "
                     "it is (PNG or TIFF), with any Content-Type.",
         parameters=[OpenApiParameter("key", str, OpenApiParameter.PATH, description="the tile's key"),
-                    OpenApiParameter("expires", str, required=True, description="from the upload URL"),
-                    OpenApiParameter("signature", str, required=True, description="from the upload URL"),
+                    *[OpenApiParameter(name, str, required=True, description="from the upload URL")
+                      for name in ("expires", "size", "signature")],
                     *[OpenApiParameter(f"x-amz-meta-{name}", str, OpenApiParameter.HEADER, required=True,
-                                       description="from the upload's headers") for name in (RECEIPT, SHA256,
-                                                                                             SIGNATURE)]],
+                                       description="from the upload's headers")
+                      for name in (RECEIPT, SHA256, SIZE, LEAVE, SIGNATURE)]],
         request=binary(["*/*"]),
         responses={200: OpenApiResponse(None, description="stored; empty body"), **errors(
-            400, 401, 403, 404, 413, 503, meanings={
+            400, 401, 403, 404, 409, 411, 413, 503, meanings={
+                400: "the Content-Length is not the size the URL was signed for",
                 401: "the URL has no signature (and no token was sent)",
-                403: "the signature does not match this key, these headers and this expiry, or has expired",
+                403: "the signature does not match this key, these headers, size and expiry, or has expired",
                 404: "this service's tile store takes uploads at its own URLs (presigned S3 PUTs), not here",
-                413: "the body is over NDSTORE_MAX_BODY_BYTES"})})
+                409: "the job was stopped (cancelled, completed) or the uploader's leave on it revoked",
+                411: "no Content-Length",
+                413: "the Content-Length is over the size the URL was signed for"})})
     def put(self, request: Any, key: str) -> Response:
-        store, meta = self._leave(request, key)
+        store, meta, self._signed_size = self._leave(request, key)
         body = read_capped_body(request._request, self, request._request)
+        if len(body) != self._signed_size:
+            raise InvalidRequest(f"the upload of {key} sent {len(body)} bytes of the {self._signed_size} it declared")
         store.put(key, body, meta)
         return Response(status=200)
+
+
+class LengthRequired(exceptions.APIException):
+    status_code = 411
+    default_code = "length_required"
+
+
+def _check_length(request: Any, key: str, size: int) -> None:
+    """The declared Content-Length is the signed size (before a byte of the body is read)."""
+    declared = request.META.get("CONTENT_LENGTH") or ""
+    if not declared.isdigit():
+        raise LengthRequired(f"the upload of {key} must declare its Content-Length ({size} bytes)")
+    if int(declared) > size:
+        raise PayloadTooLarge(f"the upload of {key} declares {declared} bytes; its URL was signed for {size}")
+    if int(declared) != size:
+        raise InvalidRequest(f"the upload of {key} declares {declared} bytes; its URL was signed for {size}")

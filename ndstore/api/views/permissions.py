@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -100,7 +101,8 @@ class PermissionsView(APIView):
             raise InvalidRequest("level (read, write or admin) is required")
         user = _user(v.get("user"))
         audit.record(request, action="grant", user=user.username, resource=_resource(where), level=v["level"])
-        Grant.objects.update_or_create(user=user, **where, defaults={"level": v["level"]})
+        with transaction.atomic():  # with the ingest leaves it revokes (ingest_leaves.py), or not at all
+            Grant.objects.update_or_create(user=user, **where, defaults={"level": v["level"]})
         return Response({"user": user.username, "level": v["level"]}, status=201)
 
     @extend_schema(
@@ -118,5 +120,6 @@ class PermissionsView(APIView):
         where, v = _target(request, query or _body(request))
         user = _user(v.get("user"))
         audit.record(request, action="revoke", user=user.username, resource=_resource(where))
-        Grant.objects.filter(user=user, **where).delete()
+        with transaction.atomic():  # with the ingest leaves it revokes (ingest_leaves.py), or not at all
+            Grant.objects.filter(user=user, **where).delete()
         return Response(status=204)
