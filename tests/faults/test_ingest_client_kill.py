@@ -30,6 +30,9 @@ JOB = {"id": 1, "state": "uploading", "tile_count": 4, "box": {"x": [0, 512], "y
                                                      "queues": {"upload": {"waiting": 1, "in_flight": 0}}}}
 
 
+LEASERS: set[int] = set()  # the client ports that asked for a lease
+
+
 class _Stub(BaseHTTPRequestHandler):
     """GET the job: always uploading; POST a lease: no task, after a pause (an uploader waits
     on its socket meanwhile)."""
@@ -47,6 +50,7 @@ class _Stub(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        LEASERS.add(self.client_address[1])  # an uploader's own connection: it runs its loop
         time.sleep(0.3)
         self._answer({"tasks": [], "total": 4, "queued": 0, "waiting": 0, "leased": 0, "done": False})
 
@@ -97,9 +101,12 @@ def test_the_uploaders_die_with_the_client_killed_by_its_pid(stub: str, tmp_path
     cli = subprocess.Popen([sys.executable, "-m", "ndstore.cli", "ingest", "--server", stub, "--token", "t",
                             "--job", "1", "--tiles", str(tmp_path), "--processes", "4", "--no-progress"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    LEASERS.clear()
     try:
-        # the uploaders (and multiprocessing's resource tracker) are up
+        # the uploaders (and multiprocessing's resource tracker) are up and past their start (on a
+        # loaded host a process may take seconds to import what it runs before it asks for a lease)
         wait_until(lambda: len(descendants(cli.pid)) >= 5, "the client's uploader processes to start", 60)
+        wait_until(lambda: len(LEASERS) >= 4, "every uploader to ask for a lease", 60)
         children.update(descendants(cli.pid))
         cli.send_signal(sig)  # the client alone, not its process group
         cli.wait(30)
