@@ -33,6 +33,17 @@ class DynamoJobState:
     def _call(self, fn: Any, **kwargs: Any) -> Any:
         return aws_call(f"DynamoDB {self.table}", fn, **kwargs)
 
+    def _conditional_update(self, what: str, **update: Any) -> Any | None:
+        """An UpdateItem whose ConditionExpression may not hold: its reply, or None when it did not."""
+        try:
+            return self._db.update_item(TableName=self.table, **update)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return None
+            raise StorageError(f"DynamoDB {what} on {self.table} failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageError(f"DynamoDB {what} on {self.table} failed: {exc}") from exc
+
     def ensure_ready(self) -> None:
         try:
             ensure_table(self._db, self.table, [("key", "HASH", "S")])
@@ -94,15 +105,10 @@ class DynamoJobState:
     def claim(self, supercuboid: str, claimant: str) -> bool:
         """Take the right to queue the supercuboid's task; the same claimant may take it again
         (its retry), another may not."""
-        try:
-            self._db.update_item(TableName=self.table, Key=self._key(supercuboid), UpdateExpression="SET claim = :c",
-                                 ConditionExpression="attribute_not_exists(claim) OR claim = :c",
-                                 ExpressionAttributeValues={":c": {"S": claimant}})
-            return True
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise StorageError(f"DynamoDB claim on {self.table} failed: {exc}") from exc
+        return self._conditional_update(
+            "claim", Key=self._key(supercuboid), UpdateExpression="SET claim = :c",
+            ConditionExpression="attribute_not_exists(claim) OR claim = :c",
+            ExpressionAttributeValues={":c": {"S": claimant}}) is not None
 
     def mark(self, supercuboid: str, flag: str) -> None:
         self._call(self._db.update_item, TableName=self.table, Key=self._key(supercuboid),
@@ -146,18 +152,11 @@ class DynamoJobState:
     def advance_manifest(self, job: str, sent: int, to: int) -> bool:
         """Record that the manifest's upload tasks up to `to` are queued, if `sent` were before
         (False: another caller recorded that chunk first)."""
-        try:
-            condition = "manifest_sent = :sent" + (" OR attribute_not_exists(manifest_sent)" if sent == 0 else "")
-            self._db.update_item(TableName=self.table, Key=self._key(job), UpdateExpression="SET manifest_sent = :to",
-                                 ConditionExpression=condition,
-                                 ExpressionAttributeValues={":to": {"N": str(to)}, ":sent": {"N": str(sent)}})
-            return True
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise StorageError(f"DynamoDB update of {job}'s manifest on {self.table} failed: {exc}") from exc
-        except BotoCoreError as exc:
-            raise StorageError(f"DynamoDB update of {job}'s manifest on {self.table} failed: {exc}") from exc
+        condition = "manifest_sent = :sent" + (" OR attribute_not_exists(manifest_sent)" if sent == 0 else "")
+        return self._conditional_update(
+            f"update of {job}'s manifest", Key=self._key(job), UpdateExpression="SET manifest_sent = :to",
+            ConditionExpression=condition,
+            ExpressionAttributeValues={":to": {"N": str(to)}, ":sent": {"N": str(sent)}}) is not None
 
     # -- leaves to upload ---------------------------------------------------------------------
     @staticmethod
@@ -168,17 +167,12 @@ class DynamoJobState:
 
     def open_leave(self, job: str, uploader: str) -> str | None:
         """The uploader's leave (made on the first call); None once the job is stopped."""
-        try:
-            reply = self._db.update_item(
-                TableName=self.table, Key=self._key(job), UpdateExpression="SET #l = if_not_exists(#l, :new)",
-                ConditionExpression="attribute_not_exists(stopped)", ExpressionAttributeNames=self._leave(uploader),
-                ExpressionAttributeValues={":new": {"S": secrets.token_hex(12)}}, ReturnValues="ALL_NEW")
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return None
-            raise StorageError(f"DynamoDB open_leave on {self.table} failed: {exc}") from exc
-        except BotoCoreError as exc:
-            raise StorageError(f"DynamoDB open_leave on {self.table} failed: {exc}") from exc
+        reply = self._conditional_update(
+            "open_leave", Key=self._key(job), UpdateExpression="SET #l = if_not_exists(#l, :new)",
+            ConditionExpression="attribute_not_exists(stopped)", ExpressionAttributeNames=self._leave(uploader),
+            ExpressionAttributeValues={":new": {"S": secrets.token_hex(12)}}, ReturnValues="ALL_NEW")
+        if reply is None:
+            return None
         return str(reply["Attributes"][f"leave_{uploader}"]["S"])
 
     def leaves(self, job: str) -> dict[str, str] | None:
