@@ -3,8 +3,9 @@ length to this route? (DESIGN §9: no body is read, parsed or buffered before th
 known and allowed.)
 
 The front (ndstore/ops/front.py) asks it with nginx's `auth_request` for every request that
-declares a body of ADMISSION_BYTES or more, or of unknown length, before it reads a byte of the
-body; it sends the request's method, URI and headers, never its body, to ADMIT_PATH. The answer:
+declares a body of its ADMISSION_BYTES (100,000) or more, or of unknown length, before it reads
+a byte of the body; it sends the request's method, URI and headers, never its body, to
+ADMIT_PATH. The answer:
 
 - a body of unknown length (`Transfer-Encoding: chunked`): 411, send a Content-Length;
 - a GET, HEAD or OPTIONS with a body: 413, they carry none;
@@ -37,7 +38,6 @@ from ndstore.api.latest import ALIAS, CANONICAL
 from ndstore.core.errors import NDStoreError
 
 ADMIT_PATH = "/_ndstore/admit"
-ADMISSION_BYTES = 100_000  # smaller declared bodies are read first: the front's map has this bound
 SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 SESSION_FORMS = "/admin/"  # Django's admin: its own login form and session (DATA_UPLOAD_MAX_MEMORY_SIZE)
 

@@ -6,6 +6,12 @@ request to gunicorn over a Unix socket, and takes gunicorn's response as fast as
 (memory, then a temp file), feeding the client at the client's pace. `ndstore up` and the image's
 default command (`ndstore serve`) both run it; docker-compose's outer nginx routes between nodes
 and streams, this one buffers. See docs/design/serving.md.
+
+What one client may cost it (docs/reliability.md, "Bounds"): where it faces clients, its stream
+server counts connections per address as it accepts them and hands each to the http server with
+the PROXY protocol; a body of 100,000 bytes or more is read only once the service admitted it
+(nginx's auth_request to ndstore/api/admission.py, with the headers alone); per-client limits
+name a client by the X-Forwarded-For hop the trusted proxies vouch for; its own errors are JSON.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ MAX_UNIX_PATH = 100  # sun_path holds 108 bytes
 ADMIT_PATH = "/_ndstore/admit"  # = ndstore.api.admission.ADMIT_PATH (the front runs no Django)
 WEB_NOT_ANSWERING = {"status": "failing", "parts": {"web": "failing"},
                      "message": "not answering: web (the web workers did not answer /healthz within 2 s)"}
+ADMISSION_BYTES = 100_000  # declared bodies this large or larger are read only once admitted (a power of ten)
 ERROR_PREFIX = "/_ndstore/error/"
 FD_RESERVE = 256  # descriptors nginx keeps for its logs and temp files, beyond its connections
 # nginx's own errors, answered as JSON like every error of the service (code: what it means here)
@@ -59,7 +66,7 @@ class FrontSettings:
     send_timeout_s: int = 60  # longest pause of a client reading its response
     keepalive_s: int = 15  # an idle kept-alive connection is closed after this
     conns_per_client: int = 128  # requests in progress per client address (503 beyond)
-    bodies_per_client: int = 16  # request bodies of ADMISSION_BYTES or more being received per client
+    bodies_per_client: int = 16  # request bodies of 100,000 bytes or more being received per client
     conns_per_address: int = 256  # TCP connections per address, counted when accepted (0: no limit)
     max_body_bytes: int = 1 << 30  # = NDSTORE_MAX_BODY_BYTES
     upstream_timeout_s: int = 300  # = NDSTORE_WEB_TIMEOUT
@@ -166,8 +173,9 @@ def nginx_config(listen: str, upstream: str, state_dir: Path, settings: FrontSet
                    else f"listen {listen} backlog=4096;")
     proxy = _proxy_settings(proto, settings)
     key, key_map = client_key(settings)
+    small_digits = len(str(ADMISSION_BYTES)) - 1  # lengths of at most this many digits are below it
     return f"""# Written by ndstore.ops.front at each start; edits are lost.
-{stream_load or "" if settings.gates_addresses else ""}
+{(stream_load or "") if settings.gates_addresses else ""}
 daemon off;
 {user}
 worker_processes 1;
@@ -195,9 +203,9 @@ http {{
     limit_conn_zone {key} zone=per_client:4m;
     limit_conn_zone {key} zone=bodies_per_client:4m;
     limit_conn_status 503;
-    map $http_content_length $ndstore_small_body {{ "" 1; "~^[0-9]{{1,5}}$" 1; default 0; }}
+    map $http_content_length $ndstore_small_body {{ "" 1; "~^[0-9]{{1,{small_digits}}}$" 1; default 0; }}
     map $http_transfer_encoding $ndstore_chunked {{ "" 0; default 1; }}
-    # a body of 100,000 bytes or more, or of unknown length, is read only once admitted
+    # a body of ADMISSION_BYTES or more, or of unknown length, is read only once admitted
     map "$ndstore_small_body$ndstore_chunked" $ndstore_admission {{ "10" 0; default 1; }}
 
     upstream gunicorn {{
