@@ -257,13 +257,13 @@ class _Blob(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     body = b""
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Length", str(len(self.body)))
         self.end_headers()
         self.wfile.write(self.body)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         n = int(self.headers["Content-Length"])
         while n:
             n -= len(self.rfile.read(min(n, 4 * MiB)))

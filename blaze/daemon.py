@@ -53,7 +53,7 @@ class MergeDaemon:
         while not stop.is_set():
             try:
                 self.beat()
-            except Exception:  # noqa: BLE001 - the buffer is down; the round loop reports it
+            except Exception:  # the buffer is down; the round loop reports it
                 log.warning("could not announce the merger to the buffer", exc_info=True)
             stop.wait(HEARTBEAT_S)
 

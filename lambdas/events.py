@@ -17,7 +17,7 @@ def each_sqs_record(event: Event, work: Callable[[str], object]) -> dict[str, li
     for record in event.get("Records", []):
         try:
             work(record["body"])
-        except Exception:  # noqa: BLE001 - reported back as this record's failure, retried by SQS
+        except Exception:  # reported back as this record's failure, retried by SQS
             log.exception("record %s failed", record.get("messageId"))
             failures.append({"itemIdentifier": record["messageId"]})
     return {"batchItemFailures": failures}

@@ -118,7 +118,7 @@ class QueuePoller:
             try:
                 if not self.poll_once():
                     stop.wait(idle_s)
-            except Exception:  # noqa: BLE001 - the queue service is down: keep trying
+            except Exception:  # the queue service is down: keep trying
                 log.exception("polling the ingest queues failed; retrying")
                 stop.wait(2)
 

@@ -93,7 +93,7 @@ class AuditMiddleware:
             else:
                 identity = getattr(request, "ndstore_identity", None)  # the gate's, when DRF never ran
                 _entry(request, identity[0] if identity else getattr(request, "user", None), response.status_code, None)
-        except Exception:  # noqa: BLE001 - a change was recorded before it was made; only its outcome is missing
+        except Exception:  # a change was recorded before it was made; only its outcome is missing
             log.exception("could not record the outcome of %s %s", request.method, request.path)
         if entry is None and response.status_code < 400:
             log.error("%s %s answered %d without a write-ahead audit row", request.method, request.path,

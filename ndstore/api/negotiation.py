@@ -22,7 +22,7 @@ class NamedFormatNegotiation(DefaultContentNegotiation):
         media_type = (request.content_type or "").split(";")[0].strip().lower()
         return next((parser for parser in parsers if parser.media_type == media_type), None)
 
-    def filter_renderers(self, renderers: list[Any], format: str) -> list[Any]:
+    def filter_renderers(self, renderers: list[Any], format: str) -> list[Any]:  # noqa: A002 - DRF's signature
         matching = [renderer for renderer in renderers if renderer.format == format]
         if not matching:
             offered = ", ".join(sorted({renderer.format for renderer in renderers}))

@@ -197,12 +197,12 @@ def decode_blobs_region(blobs: dict[int, bytes] | dict[int, memoryview], cuboid:
 def _decompress_into(blob: bytes | memoryview, out: npt.NDArray[np.generic]) -> None:
     try:
         nbytes, _, _ = blosc2.get_cbuffer_sizes(blob)
-    except Exception as exc:  # blosc2 raises bare RuntimeError/ValueError on a bad header
+    except Exception as exc:  # noqa: BLE001 - blosc2 raises bare RuntimeError/ValueError on a bad header
         raise DataCorrupt(f"cuboid is not a blosc chunk: {exc}") from None
     if nbytes != out.nbytes:
         raise DataCorrupt(f"cuboid holds {nbytes} bytes, expected {out.nbytes}")
     try:
         blosc2.decompress2(blob, dst=out)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever blosc2 says of damaged bytes, they are damaged
         raise DataCorrupt(f"cuboid is corrupt: {exc}") from None
 

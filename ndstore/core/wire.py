@@ -57,7 +57,7 @@ def _blosc_sizes(body: bytes) -> tuple[int, int]:
     """(nbytes, cbytes) that a blosc header claims; cbytes must be the body's length."""
     try:
         nbytes, cbytes, _ = blosc2.get_cbuffer_sizes(body)
-    except Exception as exc:  # blosc raises bare RuntimeError/ValueError on a bad header
+    except Exception as exc:  # noqa: BLE001 - blosc raises bare RuntimeError/ValueError on a bad header
         raise InvalidBody(f"body is not a blosc buffer: {exc}") from None
     if cbytes != len(body):
         raise InvalidBody(f"blosc header claims {cbytes} compressed bytes, the body holds {len(body)}")
@@ -90,7 +90,7 @@ def _blosc_decompress_into(body: bytes, out: Array) -> None:
             blosc.decompress_ptr(body, out.ctypes.data)
         else:
             blosc2.decompress2(body, dst=out)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever blosc says of a client's bytes, they are refused
         raise InvalidBody(f"blosc body is corrupt: {exc}") from None
 
 

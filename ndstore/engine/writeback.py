@@ -38,7 +38,7 @@ def rounds(run_once: Callable[[], object], interval_s: float, stop: threading.Ev
     while not stop.wait(wait):
         try:
             run_once()
-        except Exception as exc:  # noqa: BLE001 - a daemon never dies: it reports and tries again
+        except Exception as exc:  # a daemon never dies: it reports and tries again
             observer.count("daemon_errors_total", daemon=daemon, kind=type(exc).__name__)
             wait = min(MAX_BACKOFF_S, max(interval_s, wait * 2))
             if isinstance(exc, StorageError):

@@ -61,9 +61,9 @@ def test_a_command_is_cut_before_it_passes_its_bytes_and_holds_at_least_one_cubo
 @pytest.mark.parametrize("kind", ["labels", "noise"])
 def test_a_store_of_many_cuboids_lands_whole_staged_only_when_it_needs_more_than_one_command(
         cache_tier: CacheTier, redis_url: str, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
-    cache = cache_tier._cache  # noqa: SLF001 - the tier's own cache adapter, spied on
+    cache = cache_tier._cache  # the tier's own cache adapter, spied on
     staged: list[Any] = []
-    real_stage = cache._stage  # type: ignore[attr-defined]  # noqa: SLF001
+    real_stage = cache._stage  # type: ignore[attr-defined]
     monkeypatch.setattr(cache, "_stage", lambda **kw: staged.append(kw) or real_stage(**kw))
     make = labels if kind == "labels" else noise
     name = "t-commands-" + kind

@@ -44,8 +44,8 @@ def test_one_voxel_over_many_samples_is_read_in_batches(cache_tier: CacheTier,
 
     held_together: list[int] = []
     calls = {"acquire": 0, "release": 0}
-    locks = cache_tier._locks  # noqa: SLF001 - the tier's own lock client, spied on
-    real_mixed, real_call = locks.mixed, locks._call  # type: ignore[attr-defined]  # noqa: SLF001
+    locks = cache_tier._locks  # the tier's own lock client, spied on
+    real_mixed, real_call = locks.mixed, locks._call  # type: ignore[attr-defined]
     monkeypatch.setattr(locks, "_batch", LOCKS_PER_CALL)
 
     @contextmanager

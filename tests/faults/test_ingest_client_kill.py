@@ -45,10 +45,10 @@ class _Stub(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         self._answer(JOB)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         LEASERS.add(self.client_address[1])  # an uploader's own connection: it runs its loop
         time.sleep(0.3)

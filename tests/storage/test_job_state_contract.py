@@ -217,7 +217,7 @@ def _record_all(path: str, seed: int, threads: int, start: Any) -> None:
             start.wait(60)
             for o in ordinals:
                 state.record_tile(JOB, f"7&0&{o // 5}", o, 5)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which raises it
             errors.append(exc)
 
     workers = [threading.Thread(target=record, args=(n,)) for n in range(threads)]

@@ -188,7 +188,7 @@ def show(live_server: Any, browser: Browser, tmp_path: Path, link_class: str, ch
     page.locator("canvas").first.wait_for(state="visible", timeout=TIMEOUT_S * 1000)
 
     prefix = f"{live_server.url}/{view}/{channel}/"
-    chunks = lambda: [s for s, u in responses if u.startswith(prefix) and is_chunk(u)]  # noqa: E731
+    chunks = lambda: [s for s, u in responses if u.startswith(prefix) and is_chunk(u)]
     served = (200, 206)  # a sharded reader asks for byte ranges of shard files
     wait_for(lambda: any(status in served for status in chunks()), page,
              f"a chunk from {prefix} (responses: {responses})")
