@@ -308,6 +308,12 @@ def build_in_background() -> threading.Thread:
     return thread
 
 
+def merger_announced(blaze_redis_url: str) -> bool:
+    """Whether an NDBlaze merger has announced itself on that Redis (a supervisor's readiness check)."""
+    with redis_client.connect(blaze_redis_url, 2.0) as client:
+        return RedisMergerPresence(client).merger() is not None
+
+
 @functools.lru_cache(maxsize=1)
 def metadata_generation() -> RedisGeneration:
     """The metadata generation on the locks' Redis; built alone, without the storage services, as

@@ -27,7 +27,6 @@ import redis
 
 from ndstore.ops.front import Front
 from ndstore.ops.processes import StartFailed, on_stop_signal, run_until_stopped, stop_in_reverse, wait_until
-from ndstore.storage.blaze_buffer import RedisMergerPresence
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK_ENV = "stack-env.json"
@@ -196,8 +195,9 @@ class LocalStack:
     def _merger_ready(self) -> bool:
         if any(p.poll() is not None for p in self.procs):
             raise StartFailed("a service of the local stack exited during start-up")
-        with redis.Redis(host="127.0.0.1", port=self.blaze_redis_port) as client:
-            return RedisMergerPresence(client).merger() is not None
+        from ndstore.wiring import merger_announced  # the services' modules, only where a merger is awaited
+
+        return merger_announced(f"redis://127.0.0.1:{self.blaze_redis_port}/0")
 
     def wait(self) -> int:
         """Block until a signal arrives or a service dies; then stop everything."""

@@ -49,6 +49,11 @@ class Snapshot:
     counters: dict[tuple[str, str], float] = field(default_factory=dict)  # (name, labels json) -> total
     histograms: dict[tuple[str, str], Histogram] = field(default_factory=dict)
 
+    @staticmethod
+    def labels(raw: str) -> dict[str, Any]:
+        """The labels of a key of `counters` or `histograms`."""
+        return json.loads(raw)  # type: ignore[no-any-return]
+
 
 class RedisMetrics:
     def __init__(self, client: redis.Redis):
@@ -178,5 +183,4 @@ _flusher = _Flusher()
 os.register_at_fork(after_in_child=_flusher.after_fork)
 
 
-def labels_of(raw: str) -> dict[str, Any]:
-    return json.loads(raw)  # type: ignore[no-any-return]
+labels_of = Snapshot.labels

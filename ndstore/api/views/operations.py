@@ -2,7 +2,7 @@
 (Prometheus: `authorization: {type: Token, credentials: <key>}`).
 
 Counters and histograms come from the shared counters every process adds into (the web workers,
-the daemons, the merger and the ingest runner, wherever they run: ndstore.storage.redis_metrics);
+the daemons, the merger and the ingest runner, wherever they run: `services().metrics.snapshot()`);
 gauges are read at scrape time from the stores themselves. A part that does not answer leaves
 its gauges out and sets `ndstore_scrape_error{part}` to 1.
 """
@@ -25,7 +25,6 @@ from ndstore.api import auth
 from ndstore.api.models import DownsampleJob, IngestJob
 from ndstore.api.schema import TOKEN_REQUIRED, errors
 from ndstore.core.observe import BUCKETS
-from ndstore.storage.redis_metrics import labels_of
 from ndstore.wiring import Services, services
 
 HELP = {
@@ -54,7 +53,7 @@ HELP = {
 def _families(snapshot: Any) -> Iterator[Metric]:
     counters: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
     for (name, labels), value in snapshot.counters.items():
-        counters[name.removesuffix("_total")].append((labels_of(labels), value))
+        counters[name.removesuffix("_total")].append((snapshot.labels(labels), value))
     for name, rows in sorted(counters.items()):
         keys = sorted({k for labels, _ in rows for k in labels})
         family = CounterMetricFamily(f"ndstore_{name}", HELP.get(name, name), labels=keys)
@@ -63,7 +62,7 @@ def _families(snapshot: Any) -> Iterator[Metric]:
         yield family
     histograms: dict[str, list[tuple[dict[str, str], Any]]] = defaultdict(list)
     for (name, labels), histogram in snapshot.histograms.items():
-        histograms[name].append((labels_of(labels), histogram))
+        histograms[name].append((snapshot.labels(labels), histogram))
     for name, rows in sorted(histograms.items()):
         keys = sorted({k for labels, _ in rows for k in labels})
         hist = HistogramMetricFamily(f"ndstore_{name}", HELP.get(name, name), labels=keys)
