@@ -21,7 +21,7 @@ import blosc
 import numpy as np
 import requests
 
-from benchmarks.bench_direct import GRID, REGION_BYTES, SC, blosc_rates, loopback_rates
+from benchmarks.bench_direct import blosc_rates, loopback_rates
 from benchmarks.common import (
     SMALL,
     Stack,
@@ -46,6 +46,7 @@ from benchmarks.common import (
 from benchmarks.prototype import memory_redis, prototype_server
 from benchmarks.prototype import store as prototype_store
 from benchmarks.prototype import store_object as prototype_store_object
+from benchmarks.supercuboids import GRID, REGION_BYTES, SC
 from ndstore.core.chunks import compress_cuboid, cuboid_boxes
 from ndstore.core.synthetic import em_like
 from ndstore.storage import redis_client

@@ -22,10 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import blosc
 import boto3
 import numpy as np
-import numpy.typing as npt
 from botocore.config import Config
 
 from benchmarks import s3_parts
@@ -51,16 +49,11 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.peers import hsds_rates, tensorstore_rates
-from ndstore.core.chunks import encode_supercuboid
-from ndstore.core.geometry import grid_for_level
-from ndstore.core.synthetic import em_like
+from benchmarks.supercuboids import REGION_BYTES, SC, workload
 from ndstore.storage.filestore import FileObjectStore
 
-__all__ = ["GRID", "REGION_BYTES", "SC", "blosc_rates", "loopback_rates", "main"]  # bench_cache imports these
+__all__ = ["blosc_rates", "loopback_rates", "main", "open_backend"]  # bench_cache and profile_shortfalls import these
 
-GRID = grid_for_level("anisotropic", 0, 1)
-SC = GRID.supercuboid  # (512, 512, 64) voxels, x y z
-REGION_BYTES = SC[0] * SC[1] * SC[2]
 MEASURES = ("write", "put", "read", "get")
 
 
@@ -346,14 +339,6 @@ def add_loopback_ratios(record: dict[str, Any]) -> None:
 
 
 # --- main -------------------------------------------------------------------------------------
-
-
-def workload(threads: int) -> tuple[list[npt.NDArray[np.uint8]], list[bytes], list[bytes]]:
-    """Per thread: the EM-like volume, its blosc wire body, and its base-tier object."""
-    volumes = [em_like((SC[2], SC[1], SC[0]), seed=i) for i in range(threads)]
-    bodies = [blosc.compress(v, typesize=1, cname="lz4", clevel=5) for v in volumes]
-    objects = [encode_supercuboid(v, GRID.cuboid, GRID.cuboids_per_super) or b"" for v in volumes]
-    return volumes, bodies, objects
 
 
 def main() -> None:

@@ -35,7 +35,7 @@ import blosc
 import redis
 
 from benchmarks.bench_blaze import BLAZE_SETTINGS, discard_pending
-from benchmarks.bench_direct import SC, open_backend
+from benchmarks.bench_direct import open_backend
 from benchmarks.common import (
     RESULTS,
     SMALL,
@@ -51,6 +51,7 @@ from benchmarks.common import (
     small_write_url,
     stack_parts,
 )
+from benchmarks.supercuboids import SC
 from ndstore.core.synthetic import em_like
 
 THREADS = 2

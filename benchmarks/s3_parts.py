@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from benchmarks.common import AWS_TEST_CREDENTIALS, fmt, markdown_table, moto_server, serving, summary
+from benchmarks.supercuboids import workload
 from ndstore.ops.localstack import free_port
 from ndstore.storage.aws import Credentials
 from ndstore.storage.s3 import S3ObjectStore
@@ -137,8 +138,6 @@ def table(record: dict[str, Any]) -> list[list[str]]:
 
 
 def main() -> None:
-    from benchmarks.bench_direct import workload
-
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--rate", type=float, default=RATE_MB_S, help="MB/s per connection, each way")
     parser.add_argument("--rounds", type=int, default=5)
