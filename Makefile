@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PYSPARK_PYTHON := $(abspath $(PY))
 
-.PHONY: run test bench bench-quick lint system-deps browser deploy-tools neuroglancer venv clean lambda-package
+.PHONY: run test check bench bench-quick lint system-deps browser deploy-tools neuroglancer venv clean lambda-package
 
 run: system-deps venv neuroglancer
 	$(VENV)/bin/ndstore up --demo
@@ -23,6 +23,15 @@ test: system-deps browser deploy-tools venv neuroglancer
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --ignore=$(FUZZ_SCHEMA)
 	$(VENV)/bin/pytest -q $(FUZZ_SCHEMA)
+
+# The fast lane, while working (and the pre-commit hook): the linters, the type checks, and the
+# tests that need no whole stack: pure units and every storage port's contract suite on each of
+# its implementations (real redis-servers, moto, SQLite, files).
+check: system-deps venv
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) tests/unit tests/storage
 
 bench: system-deps venv
 	$(PY) -m benchmarks.bench_direct
