@@ -206,7 +206,8 @@ LABEL_WRITES = {"stroke_64x64x8": (64, 64, 8), "region_512x512x4": (512, 512, 4)
 def label_writes(stack: Stack, rounds: int, n: int) -> dict[str, Any]:
     """One client writing labels into a uint64 annotation channel over resident supercuboids:
     writes/s and the whole service's CPU per write, for a 64x64x8 stroke at random positions and
-    a 512x512x4 region aligned to the cuboids (docs/design/serving.md, section 20)."""
+    a 512x512x4 region aligned to the cuboids (docs/design/serving.md, "Which requests go without
+    locks")."""
     import random
 
     s, rng = stack.session(), random.Random(11)

@@ -220,7 +220,7 @@ plus at most two read windows of fetched blobs (NDSTORE_READ_WINDOW_BYTES); befo
 write holds the body, its decoded array and the new cuboids, and a window of the supercuboids it
 touches (a partly covered one read whole, its stored object and its new one); its bound is what
 the budget reserves for it (4 x its box + 3 x a window of the supercuboids it touches:
-docs/design/serving.md section 10) and its ratio is to its box's raw bytes (the blosc body is
+docs/design/serving.md, "Budgets") and its ratio is to its box's raw bytes (the blosc body is
 ~40% of them; the writes that are not aligned start 8 voxels in on every axis, so the
 supercuboids at the low edges are read first; the thin write is 16 voxels deep, 8 in). The
 paged-in read and the unaligned and thin writes start from an empty cache (after the flusher

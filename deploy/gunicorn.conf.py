@@ -35,10 +35,9 @@ control_socket_disable = True
 def post_worker_init(worker: object) -> None:
     """Once the worker has loaded the app, move everything it loaded (Django, the engine, the
     libraries: objects by the hundred thousand, living as long as the worker) out of the garbage
-    collector's sight, so its collections scan what requests made. Measured (docs/design/serving.md
-    section 12): small-read latency p50 ~5% lower; tails unchanged beyond this host's noise.
-    Then build the storage services in the background, not in the worker's first request
-    (section 19)."""
+    collector's sight, so its collections scan what requests made. Measured (docs/design/serving.md,
+    "gunicorn workers"): small-read latency p50 ~5% lower; tails unchanged beyond this host's noise.
+    Then build the storage services in the background, not in the worker's first request."""
     import gc
 
     from ndstore.wiring import build_in_background

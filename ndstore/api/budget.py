@@ -9,7 +9,7 @@ at once, counted at their raw size (what an incompressible stored object is). A 
 decodes at most two read windows of stored objects (NDSTORE_READ_WINDOW_BYTES, at least one
 supercuboid each) and never more than it touches; a write stores a window of supercuboids at once,
 each a partly covered one read whole, its stored object and its new one (3 x). So a thin box over
-many supercuboids costs what it holds, not what its array is (docs/design/serving.md section 10).
+many supercuboids costs what it holds, not what its array is (docs/design/serving.md, "Budgets").
 A worker process has NDSTORE_WORKER_BYTES_IN_FLIGHT (default: room for the largest write,
 4 x NDSTORE_MAX_CUTOUT_BYTES + 3 read windows); anonymous requests share
 NDSTORE_ANON_BYTES_IN_FLIGHT of it (512 MiB), which is also the most one of them may cost.

@@ -14,7 +14,7 @@ sends the same requests both ways and compares the answers byte for byte.
 
 Why: outside the view, a small request spent 40-55% of its thread's CPU, about half of it on
 parts the data routes do not need; skipping them saves 6-16% of a small cutout's web CPU
-(docs/design/serving.md, section 23). Any other method (OPTIONS, PUT, ...) and any path the
+(docs/design/serving.md, "The data routes' own dispatch"). Any other method (OPTIONS, PUT, ...) and any path the
 short resolver does not match go on to Django as before. NDSTORE_LEAN_DATA_ROUTES=0 turns the
 short path off (the benchmarks measure what the framework costs with it). A method a view does
 not take (a POST to a file of a standard view) goes to the framework, which answers 405.

@@ -93,7 +93,7 @@ def import_routes() -> None:
     request: Django imports the URLconf lazily, and with it DRF, the OpenAPI generator and the
     views, which made the first request a fresh worker served (after a start, a deploy, or the
     replacement of a worker that died) take ~0.5 s instead of ~6 ms (docs/design/serving.md,
-    section 19). An import error now stops the worker at its start instead of failing requests."""
+    "gunicorn workers"). An import error now stops the worker at its start instead of failing requests."""
     get_resolver().url_patterns  # noqa: B018 - the cached property imports the URLconf
 
 

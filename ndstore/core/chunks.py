@@ -74,7 +74,7 @@ def _box_of(cuboid: XYZ, at: XYZ) -> Box:
 # Reads and writes of the same shapes recur (a viewer's planes, a pipeline's aligned boxes, every
 # supercuboid of a large read): their cuboid geometry is computed once per process. A whole
 # supercuboid's took ~0.4 ms of Python per call, and a read asked for it twice (serving.md,
-# section 27). Bounded: an entry holds at most a supercuboid's 64 cuboids.
+# "Work in the request's thread"). Bounded: an entry holds at most a supercuboid's 64 cuboids.
 _GEOMETRY_CACHE = 256
 
 

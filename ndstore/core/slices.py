@@ -98,7 +98,7 @@ def encode_image(pixels: npt.NDArray[Any], file_format: str, quality: int = 85) 
     pixels (16-bit grey, the colours of annotation labels) repeat every 2-4 bytes, which run
     lengths (matches one byte back) never see: zlib's default strategy, on a 512x512 label tile,
     ~5 ms and 7-21 KB where the run-length strategy took ~25-30 ms and 170-590 KB
-    (docs/design/serving.md, section 24)."""
+    (docs/design/serving.md, "Encoding the answer")."""
     if file_format == "png":
         one_byte = pixels.ndim == 2 and pixels.dtype.itemsize == 1
         strategy = imagecodecs.PNG.STRATEGY.RLE if one_byte else imagecodecs.PNG.STRATEGY.DEFAULT

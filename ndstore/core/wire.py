@@ -75,12 +75,13 @@ blosc.set_releasegil(True)
 # their strong ETags (a conditional GET re-downloaded; Range reads joined under If-Range could mix
 # two layouts). Parallel now across requests (the worker's threads) rather than within one: on
 # this 2-core host 16 MiB compress+decompress pairs, 4 threads at once: 59.7/s with 1 blosc thread,
-# 59.9/s with 2; one at a time 46.7/s and 51.5/s (docs/design/serving.md, section 26).
+# 59.9/s with 2; one at a time 46.7/s and 51.5/s (docs/design/serving.md, "Encoding the answer").
 blosc.set_nthreads(1)
-# An answer is compressed once per read and thrown away, unlike a stored cuboid (level 5, chunks.py):
+# An answer is compressed once per read and thrown away (stored cuboids are level 1 too, chunks.py):
 # level 1 takes half the CPU of level 5 on EM voxels (16 MiB: 5.6 against 10.4 ms) for the same
 # size (0.887 against 0.885 of raw); labels and smooth voxels, which compress to 1-4% at either
-# level, come out up to 1.5x larger, still a few percent of raw (docs/design/serving.md, section 30).
+# level, come out up to 1.5x larger, still a few percent of raw (docs/design/serving.md,
+# "Encoding the answer").
 ANSWER_CLEVEL = 1
 
 

@@ -81,21 +81,21 @@ Blob = bytes | memoryview  # a cuboid's blosc bytes, or a view of them in a fetc
 T = TypeVar("T")
 READ_BATCH = 256  # at most this many supercuboids per locked snapshot of a read (see CacheTier.read)
 # Reads of at most a supercuboid's worth of cuboids (16 MiB) go without locks (see above): faster
-# and cheaper in CPU at every size up to it (docs/design/serving.md, sections 5 and 21). Up to
+# and cheaper in CPU at every size up to it (docs/design/serving.md, "Which requests go without locks"). Up to
 # SERIAL_DECODE_CUBOIDS they are decoded in the request's thread: a hop to the codec pool and back
 # costs more than a few decodes.
 SNAPSHOT_CUBOIDS = 64
 SERIAL_DECODE_CUBOIDS = 16
 # A write merges (decodes, overwrites, encodes) up to these many cuboids in the request's thread:
 # a 64x64x8 annotation stroke touches at most 2x2x2 cuboids, and under load the codec pool's hop
-# cost it more CPU than it saved (serving.md, section 27). More (a large write's) go to the pool.
+# cost it more CPU than it saved (serving.md, "Work in the request's thread"). More (a large write's) go to the pool.
 SERIAL_MERGE_CUBOIDS = 8
 # A lock-free write first reads the cuboids it covers partly: at most these many (4 MiB of uint8).
 LOCK_FREE_MERGE_CUBOIDS = 16
 # Writes go without locks up to a supercuboid's worth of cuboids when their new blobs fit what 16
 # incompressible cuboids take (so a supercuboid of labels does, and one of EM voxels does not): a
 # commit is one transaction, which Redis buffers whole for its AOF, and one of 16 MiB took 1.4-1.8x
-# as long as the locked path's commands of 2 MiB (serving.md, section 20).
+# as long as the locked path's commands of 2 MiB (serving.md, "Which requests go without locks").
 LOCK_FREE_WRITE_CUBOIDS = 64
 LOCK_FREE_WRITE_BYTES = 16 * (CUBOID_BYTES + 1024)  # room for blosc's header on each
 META = -1  # cache field holding "dtype cuboid-shape counts", so the flusher needs no metadata DB

@@ -45,7 +45,7 @@ def free_port() -> int:
 
 # What Redis holds of ours is blosc-compressed already (cuboids, NDBlaze bodies): LZF-compressing
 # each value again when it rewrites its AOF (the RDB preamble) saved nothing and cost ~5x the CPU
-# of the rewrite (docs/design/serving.md, section 15). Compose passes the same.
+# of the rewrite (docs/design/serving.md, "What the cache Redis logs"). Compose passes the same.
 RDB_NO_LZF = ("--rdbcompression", "no")
 
 

@@ -46,7 +46,7 @@ STALE_RUN = "STALE_RUN"
 # 8 cuboids of incompressible voxels (about 2 MiB) went at about 1 GB/s. So a command carries at
 # most COMMAND_BYTES of blobs: 8 such cuboids, or as many compressed ones (labels, sparse or empty
 # regions: a few KiB each) as fit, where a count of 8 sent their whole supercuboid in 8 commands
-# (and staged any store of more than 8: docs/design/serving.md, section 20).
+# (and staged any store of more than 8: docs/design/serving.md, "Redis commands and replies").
 FIELDS_PER_COMMAND = 8
 COMMAND_BYTES = FIELDS_PER_COMMAND * (CUBOID_BYTES + 1024)  # room for blosc's header on each
 # Start a staging hash empty, or as a copy of the stored one when it has fields the new ones do
@@ -62,7 +62,7 @@ end
 return 1"""
 # Cuboids go into Redis as plain HSETs inside a MULTI, not as a script's arguments: Redis copies
 # those into Lua (1.6 ms of its CPU for the ~0.7 MB of a 64x64x8 write's cuboids, against 0.7 ms
-# as an HSET in a MULTI; docs/design/serving.md, section 18). A transaction cannot skip its later
+# as an HSET in a MULTI; docs/design/serving.md, "Redis commands and replies"). A transaction cannot skip its later
 # commands: when the script before the HSETs finds that the store must not happen, it calls
 # `refuse`, which moves the hashes aside (RENAME, O(1)) and raises a flag; the HSETs land in fresh
 # hashes, and the script after them calls `undone`, which drops those and moves the old hashes back. A transaction

@@ -8,13 +8,13 @@ A reply of many MiB (a supercuboid's cuboids) stalled now and then for 60-120 ms
 TCP: Linux delays a receiver's ACKs (its delayed-ACK timer, 40 ms and up) when it takes the
 connection for an interactive one, as a client that sends a command and reads its reply is;
 Redis then found its send buffer full and waited while this client waited in recv for data
-(strace of both sides; docs/design/serving.md, section 21). Setting TCP_QUICKACK before each
+(strace of both sides; docs/design/serving.md, "Redis commands and replies"). Setting TCP_QUICKACK before each
 read makes the kernel acknowledge what arrived at once. It is not sticky (the kernel returns to
 delayed ACKs by itself), hence before every read: one setsockopt, ~1 us.
 
 Each read takes up to READ_SIZE bytes: with redis-py's 64 KiB a supercuboid's reply came in ~455
 reads of ~32 KiB, each a recv and a setsockopt that sends an ACK; with 256 KiB in ~87, and its
-read took a quarter less CPU (serving.md, section 28). The buffer is one per connection.
+read took a quarter less CPU (the same section of serving.md). The buffer is one per connection.
 
 Every call is bounded: a socket timeout on connect, send and each read (`timeout_s`), and one
 Breaker per server (ndstore/core/stalls.py) that every client of the process shares: a call that

@@ -2,7 +2,7 @@
 
 An object is read in ranged GETs of at most a part (``part_bytes``, NDSTORE_S3_PART_BYTES), all
 at once: S3 serves each connection at a fraction of what it serves a client over several
-(docs/design/serving.md, section 22). An object larger than ``multipart_threshold``
+(docs/design/serving.md, "Direct I/O and S3 objects in parts"). An object larger than ``multipart_threshold``
 (NDSTORE_S3_MULTIPART_THRESHOLD; 0, the default: none) is uploaded in parts sent at once. S3
 bills each part and the upload's start and end as a PUT: a 14 MiB supercuboid in two parts costs
 four PUTs instead of one, and a large write stores many objects at once anyway.

@@ -150,8 +150,8 @@ def test_a_small_resident_write_is_two_round_trips(cache_tier: CacheTier, monkey
 def test_a_write_of_up_to_16_partly_covered_cuboids_is_two_round_trips(cache_tier: CacheTier,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Up to LOCK_FREE_MERGE_CUBOIDS partly covered cuboids (16: since a commit no longer copies
-    its cuboids into Lua, a write of 16 is faster lock-free, docs/design/serving.md section 18);
-    one with more takes locks."""
+    its cuboids into Lua, a write of 16 is faster lock-free; docs/design/serving.md, "Which
+    requests go without locks"); one with more takes locks."""
     data = values(WHOLE, 35)
     cache_tier.write(cut(WHOLE), data)
     sixteen = Box((30, 30, 8), (30 + 3 * CUBOID[0] + 10, 30 + CUBOID[1] + 10, 8 + CUBOID[2]))  # 4 x 2 x 2
@@ -170,7 +170,8 @@ def test_a_stroke_is_merged_in_the_request_thread_and_a_larger_write_on_the_code
         cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
     """Merges of up to SERIAL_MERGE_CUBOIDS partly covered cuboids (the most a 64x64x8 stroke
     touches) run in the caller's thread: the pool's hand-offs cost more CPU than they save
-    (serving.md section 27); more go to the codec pool. Either way every voxel lands."""
+    (docs/design/serving.md, "Work in the request's thread"); more go to the codec pool. Either
+    way every voxel lands."""
     data = values(WHOLE, 51)
     cache_tier.write(cut(WHOLE), data)
     stroke = Box((CUBOID[0] - 30, CUBOID[1] - 30, CUBOID[2] - 4), (CUBOID[0] + 34, CUBOID[1] + 34, CUBOID[2] + 4))
@@ -195,7 +196,7 @@ def test_a_supercuboid_of_labels_goes_without_locks_and_of_noise_with_each_cuboi
         cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
     """Up to LOCK_FREE_WRITE_CUBOIDS whole cuboids go lock-free when their blobs fit
     LOCK_FREE_WRITE_BYTES (labels: a few KiB each); incompressible ones take the locked path,
-    which stores the blobs the lock-free try compressed (serving.md section 20)."""
+    which stores the blobs the lock-free try compressed (serving.md, "Which requests go without locks")."""
     data = values(WHOLE, 41)
     cache_tier.write(cut(WHOLE), data)
     half = Box((0, 0, 0), (SC[0], SC[1], SC[2] // 2))  # 4 x 4 x 2 whole cuboids

@@ -1,7 +1,7 @@
 """How the cache sends cuboids to Redis: commands of at most COMMAND_BYTES of blobs, so a
 supercuboid of compressed cuboids (labels, sparse or empty regions) goes in one command and one
 transaction, and incompressible ones go 8 to a command as before (docs/design/serving.md,
-section 20)."""
+"Redis commands and replies")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The project's Redis client (ndstore.storage.redis_client) against a real redis-server: large
 values go out and come back whole, and the socket is told to acknowledge at once (TCP_QUICKACK)
 before every read, so a multi-MiB reply does not wait on the receiver's delayed ACKs
-(docs/design/serving.md, section 21), in reads of up to 256 KiB (section 28)."""
+(docs/design/serving.md, "Redis commands and replies"), in reads of up to 256 KiB."""
 
 from __future__ import annotations
 
