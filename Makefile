@@ -25,13 +25,14 @@ test: system-deps browser deploy-tools venv neuroglancer
 	$(VENV)/bin/pytest -q $(FUZZ_SCHEMA)
 
 # The fast lane, while working (and the pre-commit hook): the linters, the type checks, and the
-# tests that need no whole stack: pure units and every storage port's contract suite on each of
-# its implementations (real redis-servers, moto, SQLite, files).
+# tests that need no whole stack: pure units, every storage port's contract suite on each of its
+# implementations (tests/contracts/: real redis-servers, moto, SQLite, files, in-memory fakes)
+# and what each adapter promises beyond its port (tests/storage/).
 check: system-deps venv
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) tests/unit tests/storage
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) tests/unit tests/storage tests/contracts
 
 bench: system-deps venv
 	$(PY) -m benchmarks.bench_direct
@@ -121,6 +122,7 @@ LAMBDA_PYTHON ?= 3.12
 LAMBDA_PLATFORMS ?= manylinux_2_34_x86_64 manylinux_2_28_x86_64 manylinux2014_x86_64
 LAMBDA_PIP ?= python3 -m pip
 LAMBDA_EXCLUDES := --exclude=__pycache__ --exclude=ndstore/api --exclude=ndstore/client --exclude=ndstore/ops \
+	--exclude=ndstore/testing \
 	--exclude=ndstore/cli.py \
 	--exclude='ndstore/engine/spark*' --exclude=ndstore/core/slices.py --exclude=ndstore/core/precomputed.py \
 	--exclude=ndstore/core/sharded.py --exclude=ndstore/core/zarr_view.py \

@@ -1,8 +1,8 @@
 """The ports: every storage protocol the engine and NDBlaze depend on, with the values they pass.
 
 The engine and blaze import this module only (an import-linter contract): adapters are chosen
-and built in one place, ndstore.wiring. Each port has a contract test suite that runs against
-every implementation (tests/storage/).
+and built in one place, ndstore.wiring. Each port has a contract test suite (ndstore.testing) that
+runs against every implementation (tests/contracts/).
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ndstore.core.keys import SupercuboidKey, VolumeKey
+from ndstore.core.observe import BUCKETS, Observer
 
 # -- the base tier ----------------------------------------------------------------------------
 
@@ -448,3 +449,51 @@ class MergerPresence(Protocol):
     def retire_merger(self) -> None: ...
 
     def merger(self) -> dict[str, Any] | None: ...
+
+
+# -- the metrics every process adds into ------------------------------------------------------
+
+
+@dataclass
+class Histogram:
+    buckets: list[float] = field(default_factory=lambda: [0.0] * (len(BUCKETS) + 1))  # per bucket, +Inf last
+    sum: float = 0.0
+
+    @property
+    def count(self) -> float:
+        return sum(self.buckets)
+
+
+@dataclass
+class Snapshot:
+    counters: dict[tuple[str, str], float] = field(default_factory=dict)  # (name, labels json) -> total
+    histograms: dict[tuple[str, str], Histogram] = field(default_factory=dict)
+
+    @staticmethod
+    def labels(raw: str) -> dict[str, Any]:
+        """The labels of a key of `counters` or `histograms`."""
+        return json.loads(raw)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def labels_key(labels: Mapping[str, str]) -> str:
+        """The labels as keys of `counters` and `histograms` write them: JSON, sorted, compact."""
+        return json.dumps(labels, sort_keys=True, separators=(",", ":"))
+
+
+class SharedMetrics(Observer, Protocol):
+    """The engine's Observer whose counts every process adds into one shared table, read whole
+    for `/metrics`. Recording never raises and costs no round trip; counts reach the table by
+    `flush` (a background thread's, or the caller's)."""
+
+    def flush(self) -> bool:
+        """Add what this recorder counted into the table; False (kept for the next try) when the
+        table cannot be reached. When it returns True, every count made before the call is in."""
+
+    def close(self) -> bool:
+        """Flush what is left; nothing is flushed in the background after."""
+
+    def snapshot(self) -> Snapshot:
+        """Every count every recorder has flushed."""
+
+    def reset(self) -> None:
+        """Forget every count, in the table and pending here (tests)."""

@@ -10,49 +10,22 @@ Redis that is away keeps them waiting in memory until it is back. Never raises i
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 import time
 import weakref
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Any
 
 import redis
 
 from ndstore.core.observe import BUCKETS
+from ndstore.storage.interfaces import Histogram, Snapshot
 
 log = logging.getLogger(__name__)
 KEY = "nd:metrics"
 SEP = "\x1f"
 FLUSH_S = 1.0
-
-
-def _labels(labels: dict[str, str]) -> str:
-    return json.dumps(labels, sort_keys=True, separators=(",", ":"))
-
-
-@dataclass
-class Histogram:
-    buckets: list[float] = field(default_factory=lambda: [0.0] * (len(BUCKETS) + 1))  # per bucket, +Inf last
-    sum: float = 0.0
-
-    @property
-    def count(self) -> float:
-        return sum(self.buckets)
-
-
-@dataclass
-class Snapshot:
-    counters: dict[tuple[str, str], float] = field(default_factory=dict)  # (name, labels json) -> total
-    histograms: dict[tuple[str, str], Histogram] = field(default_factory=dict)
-
-    @staticmethod
-    def labels(raw: str) -> dict[str, Any]:
-        """The labels of a key of `counters` or `histograms`."""
-        return json.loads(raw)  # type: ignore[no-any-return]
 
 
 class RedisMetrics:
@@ -66,11 +39,11 @@ class RedisMetrics:
 
     # -- recording (the Observer port) -----------------------------------------------------------
     def count(self, name: str, value: float = 1, **labels: str) -> None:
-        self._add(SEP.join(("c", name, _labels(labels))), value)
+        self._add(SEP.join(("c", name, Snapshot.labels_key(labels))), value)
 
     def observe(self, name: str, value: float, **labels: str) -> None:
         bucket = next((i for i, le in enumerate(BUCKETS) if value <= le), len(BUCKETS))
-        base = SEP.join(("h", name, _labels(labels)))
+        base = SEP.join(("h", name, Snapshot.labels_key(labels)))
         self._add(f"{base}{SEP}{bucket}", 1)
         self._add(f"{base}{SEP}sum", value)
 

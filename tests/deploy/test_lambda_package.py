@@ -20,8 +20,8 @@ from tests.deploy.test_aws import ROOT, resources, template
 LAMBDA_REQUIREMENTS = ROOT / "lambdas" / "requirements.txt"
 LAMBDA_LIMIT_MB = 250
 # What the package leaves out (the Makefile's LAMBDA_EXCLUDES): no handler reaches these.
-EXCLUDED = ("ndstore/api/", "ndstore/client/", "ndstore/ops/", "ndstore/cli.py", "ndstore/engine/spark",
-            "ndstore/core/slices.py",
+EXCLUDED = ("ndstore/api/", "ndstore/client/", "ndstore/ops/", "ndstore/testing/", "ndstore/cli.py",
+            "ndstore/engine/spark", "ndstore/core/slices.py",
             "ndstore/core/precomputed.py", "ndstore/core/sharded.py", "ndstore/core/zarr_view.py",
             "blaze/spark", "blaze/daemon.py", "lambdas/runner.py",
             "lambdas/requirements.txt")

@@ -21,6 +21,9 @@ PLANTED = {  # contract (start of its name) -> (module to add, its one import)
                                                                     "from ndstore.storage import redis_cache"),
     "The client is what a user imports": ("ndstore/client/_planted.py", "import boto3"),
     "The core is pure": ("ndstore/core/_planted_redis.py", "import redis"),
+    "The contract suites and fakes are for tests": ("ndstore/engine/_planted_testing.py",
+                                                    "import ndstore.testing.memory"),
+    "The contract suites know the ports": ("ndstore/testing/_planted_adapter.py", "from ndstore.storage import s3"),
 }
 ALSO = {"benchmarks/_planted_b.py": "import benchmarks._planted_a",  # the other half of the cycle
         "ndstore/engine/_planted_config.py": "import ndstore.config"}  # the settings are passed in, not read
