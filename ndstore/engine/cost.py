@@ -1,6 +1,6 @@
 """What a request holds in a web worker while the data plane serves it, and the budget it holds
 it against: no client, and no crowd of anonymous ones, can make a worker hold more memory than
-it may. Owned here, next to the code that allocates (docs/design/serving.md, "Bytes in flight").
+it may. Owned by the data plane, next to the code that allocates (docs/design/serving.md).
 
 A read holds 2 x its array (the array and its encoded answer); a write 4 x (the body as read, its
 decoded array, the merged and compressed cuboids, the commands that store them). Each also holds
