@@ -26,8 +26,8 @@ import redis
 import requests
 
 from benchmarks.common import Stack, create_dataset, fmt, hardware, local_stack, summary, write_results
-from ndstore.api import budget
 from ndstore.core.geometry import Box
+from ndstore.engine.cost import cost
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.ops.localstack import MALLOC_TUNING, wait_until
 from ndstore.storage.redis_cache import DIRTY
@@ -42,10 +42,10 @@ PLANE = Box((0, 0, 8), (BOX[0], BOX[1], 9))  # 4 MiB, one voxel deep over 16 sup
 
 
 def reserved(box: Box) -> int:
-    """What the budget reserves for a write of ``box`` (ndstore/api/budget.py)."""
+    """What the budget reserves for a write of ``box`` (ndstore/engine/cost.py)."""
     frame = Box((0, 0, 0), BOX)
     cutout = Cutout(ChannelVolume(1, 1, 1, np.dtype("uint8"), frame, 1, "anisotropic", 1), 0, box, range(1))
-    return budget.cost(False, cutout.nbytes, cutout, WINDOW)
+    return cost(False, cutout.nbytes, cutout, WINDOW)
 
 
 def worker_pid(stack: Stack) -> int:

@@ -89,19 +89,6 @@ class Merger:
                 total = total + MergeResult(supercuboids_failed=1)
         return total
 
-    def discard(self, prefix: str) -> int:
-        """Drop every pending blob of the supercuboids whose names start with ``prefix`` (a
-        channel being deleted), each under its write lock so no merge is half way through it.
-        Returns how many (supercuboid, blob) entries were dropped."""
-        dropped = 0
-        for name in self.buffer.pending_names(prefix):
-            with self.tier.exclusive([name]):
-                seqs = self.buffer.pending_seqs([name])[name]
-                if seqs:
-                    self.tier.forget_buffered({name: seqs[-1]})
-                dropped += self.buffer.release(name, seqs)
-        return dropped
-
     def merge_one(self, name: str) -> MergeResult:
         started = time.perf_counter()
         key = SupercuboidKey.from_name(name)

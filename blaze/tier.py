@@ -115,6 +115,23 @@ class BlazeTier:
         """Whether any NDBlaze write to these supercuboids is still pending (one snapshot)."""
         return self._checked(lambda: any(self.buffer.pending_seqs(names).values()))
 
+    def pending_names(self, prefix: str) -> list[str]:
+        """The supercuboids with pending writes whose names start with ``prefix``."""
+        return self._checked(lambda: self.buffer.pending_names(prefix))
+
+    def discard(self, prefix: str) -> int:
+        """Drop every pending blob of the supercuboids whose names start with ``prefix`` (a
+        channel being deleted), each under its write lock so no merge is half way through it.
+        Returns how many (supercuboid, blob) entries were dropped."""
+        dropped = 0
+        for name in self.buffer.pending_names(prefix):
+            with self.direct.tier.exclusive([name]):
+                seqs = self.buffer.pending_seqs([name])[name]
+                if seqs:
+                    self.direct.tier.forget_buffered({name: seqs[-1]})
+                dropped += self.buffer.release(name, seqs)
+        return dropped
+
     def read(self, cutout: Cutout) -> Array:
         """Base data plus, in each supercuboid, the blobs still pending *in that supercuboid*, in
         seq order. A blob spanning two supercuboids may be merged into one and pending in the

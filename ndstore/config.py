@@ -91,7 +91,7 @@ class Config:
     read_window_bytes: int = _env("NDSTORE_READ_WINDOW_BYTES", 64 * 1024 * 1024, int)
     max_body_bytes: int = _env("NDSTORE_MAX_BODY_BYTES", GiB, int)
     max_cutout_bytes: int = _env("NDSTORE_MAX_CUTOUT_BYTES", GiB, int)
-    # what one web worker process may hold for data requests at once (ndstore/api/budget.py);
+    # what one web worker process may hold for data requests at once (ndstore/engine/cost.py);
     # None: room for the largest write (4 x NDSTORE_MAX_CUTOUT_BYTES)
     worker_bytes_in_flight: int | None = _env("NDSTORE_WORKER_BYTES_IN_FLIGHT", None, int)
     # the part of it anonymous requests may hold together; also the most one of them may cost

@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TypeVar
 
 from blaze.merge import Merger
 from blaze.tier import BlazeTier, buffer_ledger
@@ -20,12 +20,14 @@ from ndstore.core.observe import Observer
 from ndstore.core.signing import Signer
 from ndstore.engine.base_tier import BaseTier
 from ndstore.engine.cache_tier import CacheTier
-from ndstore.engine.direct import CoherentDirect, RawReads
+from ndstore.engine.cost import ByteBudget, largest_write
+from ndstore.engine.dataplane import DataPlane
+from ndstore.engine.direct import CoherentDirect
 from ndstore.engine.downsample import Downsampler, DownsampleRuns
 from ndstore.engine.index_check import GuardedIndex
 from ndstore.engine.ingest import Ingest
 from ndstore.engine.ledger import LedgerKeeper
-from ndstore.engine.volume import ChannelVolume, Cutout
+from ndstore.engine.levels import StoredLevels
 from ndstore.engine.writeback import CacheManager, Flusher
 from ndstore.storage import redis_client
 from ndstore.storage.aws import Credentials
@@ -129,12 +131,6 @@ def _pick(registry: Mapping[str, T], kind: str, name: str) -> T:
         raise ValueError(f"unknown {kind} backend {name!r}; known: {', '.join(sorted(registry))}") from None
 
 
-class Tier(Protocol):
-    def read(self, cutout: Cutout) -> Any: ...
-
-    def write(self, cutout: Cutout, data: Any) -> None: ...
-
-
 @dataclass(frozen=True)
 class Services:
     config: Config
@@ -143,7 +139,8 @@ class Services:
     locks: RWLocks  # shared leases; the cache tier's supercuboid locks are its own business
     metrics: RedisMetrics  # what every process counts, for /metrics (the engine's Observer)
     cache_tier: CacheTier
-    direct: CoherentDirect
+    direct: CoherentDirect  # the pipelines' (ingest, downsampling) way to the base tier
+    plane: DataPlane  # the front door of every request that reads or writes voxels
     blaze_buffer: RedisBlazeBuffer
     merge_requests: RedisMergeRequests
     merger_presence: RedisMergerPresence
@@ -157,19 +154,6 @@ class Services:
         """Stop what runs in the background for these services and talks to their servers: the
         metrics are flushed and no longer flushed by the process's flusher thread."""
         self.metrics.close()
-
-    def tier(self, path: str, access_mode: str) -> Tier:
-        """The engine behind a cutout path ("cache", "direct" or "blaze") and access mode:
-        `cache` reads through the cache (on the blaze path: base data plus pending NDBlaze
-        writes); `no_cache` reads the base tier after writing back dirty data; `raw` reads the
-        base tier as it is, skipping the cache, its dirty data and pending NDBlaze writes."""
-        if access_mode == "raw":
-            return RawReads(self.cache_tier)
-        if path == "blaze":
-            return self.blaze
-        if path == "direct" or access_mode == "no_cache":
-            return self.direct
-        return self.cache_tier
 
     @functools.cached_property
     def ingest_stores(self) -> IngestStores:
@@ -196,20 +180,13 @@ class Services:
         c, stores = self.config, self.ingest_stores
         trigger = (stores.triggers, c.downsample_function) if stores.triggers and c.downsample_function else None
         return DownsampleRuns(self.downsampler, stores.state, stores.queues, c.ingest_queue_prefix,
-                              c.ingest_visibility_s, c.ingest_max_tries, Signer(c.secret_key, "downsample"), trigger)
+                              c.ingest_visibility_s, c.ingest_max_tries, Signer(c.secret_key, "downsample"),
+                              self.plane.levels, trigger)
 
     @functools.cached_property
     def rate_limiter(self) -> RedisRateLimiter:
         """Request counters on the locks' Redis, which every web node already shares."""
         return RedisRateLimiter(redis_client.connect(self.config.redis_url, self.config.redis_timeout_s))
-
-    def purge_channel(self, channel: ChannelVolume) -> int:
-        """Delete every voxel of a channel: its pending NDBlaze writes first (so no merge can
-        bring them back), then cached and stored supercuboids. Returns stored ones deleted.
-        Refused before anything is deleted while the index is stale: it finds what to delete."""
-        self.index.require_fresh()
-        self.merger.discard(channel.name_prefix)
-        return self.cache_tier.purge(channel)
 
     def flusher(self) -> Flusher:
         c = self.config
@@ -247,8 +224,13 @@ def build(config: Config) -> Services:
         "blaze_redis": redis_client.connect(config.blaze_redis_url, probe_timeout).ping,
         "object_store": objects.ensure_ready, "index": index.ensure_ready,
     }
-    return Services(config, objects, index, locks, metrics, cache, direct, buffer, RedisMergeRequests(blaze_redis),
-                    RedisMergerPresence(blaze_redis), BlazeTier(buffer, direct, blaze_ledger), Merger(buffer, cache),
+    blaze = BlazeTier(buffer, direct, blaze_ledger)
+    budget = ByteBudget(config.worker_bytes_in_flight or largest_write(config.max_cutout_bytes,
+                                                                       config.read_window_bytes),
+                        config.anon_bytes_in_flight)
+    plane = DataPlane(cache, blaze, index, StoredLevels(objects), budget, config.read_window_bytes)
+    return Services(config, objects, index, locks, metrics, cache, direct, plane, buffer,
+                    RedisMergeRequests(blaze_redis), RedisMergerPresence(blaze_redis), blaze, Merger(buffer, cache),
                     blaze_ledger, probes)
 
 

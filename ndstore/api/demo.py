@@ -12,6 +12,7 @@ from ndstore.api import levels, lookups
 from ndstore.api.models import Channel, Collection, CoordinateFrame, Experiment, Grant
 from ndstore.core import synthetic
 from ndstore.core.geometry import Box
+from ndstore.engine.dataplane import Write
 from ndstore.engine.volume import ChannelVolume, make_cutout
 from ndstore.wiring import services
 
@@ -33,12 +34,12 @@ def create_demo(admin: Any) -> bool:
     labels = Channel.objects.create(experiment=exp, name="labels", type="annotation", datatype="uint64",
                                     sources=["image"], creator=admin)
     box = Box((0, 0, 0), DEMO_SHAPE_XYZ)
-    tier = services().direct
+    plane = services().plane
     limit = 1 << 40
     for chan, data in ((image, synthetic.em_like(box.shape_zyx, seed=1)),
                        (labels, synthetic.sparse_labels(box.shape_zyx, seed=2, dtype=np.uint64))):
         volume = lookups.channel_volume(chan)
-        tier.write(make_cutout(volume, 0, box, range(0, 1), limit), data[np.newaxis])
+        plane.write(make_cutout(volume, 0, box, range(0, 1), limit), data[np.newaxis], Write.DIRECT)
         build_every_level(chan, volume)
     return True
 
@@ -51,4 +52,4 @@ def build_every_level(chan: Channel, volume: ChannelVolume) -> None:
             downsampler.build_parent(volume, parent)
     chan.downsample_status = "DOWNSAMPLED"
     chan.save(update_fields=["downsample_status"])
-    levels.note_hierarchy_built(chan, volume.num_levels)
+    levels.note_hierarchy_built(volume)

@@ -25,6 +25,7 @@ from ndstore.core.geometry import Box
 from ndstore.core.keys import SEPARATOR
 from ndstore.core.signing import BadSignature, Signer
 from ndstore.engine.direct import CoherentDirect
+from ndstore.engine.levels import LevelRecord
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.storage.interfaces import JobState, QueueCounts, SupercuboidIndex, Triggers, WorkQueue
 
@@ -127,11 +128,14 @@ class DownsampleRuns:
     """Builds driven by SQS: one task per parent; the task that completes a level queues the next."""
 
     def __init__(self, downsampler: Downsampler, state: JobState, queues: WorkQueue, queue_prefix: str,
-                 visibility_s: int, max_tries: int, signer: Signer, trigger: tuple[Triggers, str] | None = None):
-        """`signer`: the service's key; a run's record (its channel) is sealed with it, so whoever
+                 visibility_s: int, max_tries: int, signer: Signer, levels: LevelRecord,
+                 trigger: tuple[Triggers, str] | None = None):
+        """`levels`: marked built, every one, by the task that finishes the run. `signer`: the
+        service's key; a run's record (its channel) is sealed with it, so whoever
         can write the state table cannot point a run at another channel. `trigger`: on AWS, the
         Lambda API and the function a job's queue triggers; None where the local runner polls."""
         self.signer = signer
+        self.levels = levels
         self.trigger = trigger
         self.downsampler = downsampler
         self.state = state
@@ -148,7 +152,10 @@ class DownsampleRuns:
         url = self.queues.create(job.queue, self.visibility_s, self.max_tries)
         if self.trigger:
             self.trigger[0].attach(self.queues.arn(url), self.trigger[1])
-        return self._queue_level(job, 1, url)
+        queued = self._queue_level(job, 1, url)
+        if not queued:
+            self.levels.note_all_built(job.channel)  # nothing to build: every level is as built as it gets
+        return queued
 
     def _queue_level(self, job: DownsampleJob, level: int, url: str) -> int:
         if level >= job.num_levels:
@@ -187,8 +194,11 @@ class DownsampleRuns:
         url = self.queues.url(job.queue)
         if url is None:
             return "cancelled"
-        self._queue_level(job, parent[0] + 1, url)
+        queued = self._queue_level(job, parent[0] + 1, url)
         self.state.mark(level_row, "queued")
+        if not queued:  # the top level, or nothing stored below the next: the run is done
+            self.levels.note_all_built(job.channel)
+            return "run done"
         return "level done"
 
     def status(self, job: DownsampleJob) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from ndstore.core import morton
 from ndstore.core.geometry import Box
 from ndstore.core.synthetic import em_like
 from ndstore.engine.downsample import DownsampleJob, Downsampler, DownsampleRuns, factors
+from ndstore.engine.levels import StoredLevels
 from ndstore.engine.volume import ChannelVolume, Cutout
 
 pytestmark = pytest.mark.usefixtures("ingest_env")
@@ -113,6 +114,10 @@ def test_images_anisotropic_through_sqs_equal_the_reference_and_sparse_stays_spa
     assert stored(chan, 0) == [(0, 0, 0), (0, 1, 0), (1, 0, 0), (1, 1, 0)]
     assert stored(chan, 1) == [(0, 0, 0)] and stored(chan, 2) == [(0, 0, 0)]
     check_levels(chan, data)
+    # the task that finished the run marked every level, wherever it ran (no API polled the run)
+    from ndstore.wiring import services
+
+    assert StoredLevels(services().objects).built(chan) == [0, 1, 2]
 
 
 def test_annotations_isotropic_through_sqs_take_the_mode() -> None:

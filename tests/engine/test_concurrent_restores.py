@@ -8,7 +8,7 @@ succeed and equal the numpy reference, whoever restored first (issue 47, item 5:
 Each round kills the real redis-server (SIGKILL) and restarts it from its AOF, so the absent
 cuboids are absent again; a NEAR write then makes the supercuboid dirty, and a barrier releases
 all threads together. A `no_cache` read and a `/v1/direct/` read are both `CoherentDirect.read`
-(ndstore/wiring.py, `Services.tier`); so is the NDBlaze path's base read (`read_base`)."""
+(ndstore/engine/dataplane.py, `DataPlane.read`); so is the NDBlaze path's base read (`read_base`)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ import pytest
 from ndstore.core.geometry import Box
 from ndstore.core.synthetic import em_like
 from ndstore.core.tiles import TileRef, encode_tile
+from ndstore.engine.dataplane import Read
 from ndstore.engine.ingest import Ingest, IngestJob, Lease, TileUpload
 from ndstore.engine.volume import ChannelVolume, Cutout
 
@@ -99,7 +100,7 @@ class Pipeline:
         from ndstore.wiring import services
 
         box = self.job.layout.box
-        return services().tier("cache", "raw").read(Cutout(self.channel, 0, box, range(1)))[0]  # type: ignore[no-any-return]
+        return services().plane.read(Cutout(self.channel, 0, box, range(1)), Read.RAW)[0]  # type: ignore[no-any-return]
 
     def stored_mortons(self) -> list[int]:
         from ndstore.wiring import services

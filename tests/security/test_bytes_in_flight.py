@@ -1,5 +1,5 @@
 """No client, and no crowd of anonymous ones, makes a web worker hold more than its budget of
-bytes (ndstore/api/budget.py): before it, four 1 GiB cutouts at once took one worker to 6 GiB."""
+bytes (ndstore/engine/cost.py): before it, four 1 GiB cutouts at once took one worker to 6 GiB."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from rest_framework.test import APIClient
 
-from ndstore.api import budget
 from ndstore.core.errors import Busy, PayloadTooLarge
 from ndstore.core.geometry import Box
+from ndstore.engine import cost
 from ndstore.engine.volume import ChannelVolume, Cutout
+from ndstore.wiring import services
 from tests.api.conftest import Dataset, make_dataset
 from tests.security.conftest import CountingBody, token_for, wsgi
 
@@ -26,9 +27,9 @@ TOTAL, ANONYMOUS = 64 * MiB, READ_BOX + MiB
 
 
 @pytest.fixture
-def small_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[budget.ByteBudget]:
-    small = budget.ByteBudget(total=TOTAL, anonymous=ANONYMOUS)
-    monkeypatch.setattr(budget, "_budget", small)
+def small_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[cost.ByteBudget]:
+    small = cost.ByteBudget(total=TOTAL, anonymous=ANONYMOUS)
+    monkeypatch.setattr(services().plane, "budget", small)
     yield small
     assert small.held == 0, "a finished request kept its reservation"
 
@@ -43,13 +44,13 @@ def test_a_thin_box_costs_the_supercuboids_it_holds_whole() -> None:
     window = 4
     slab = Cutout(chan, 0, Box((0, 0, 8), (2048, 2048, 24)), range(1))  # 64 MiB
     assert slab.supercuboids == 16
-    assert budget.cost(False, slab.nbytes, slab, window_bytes) == 4 * slab.nbytes + 3 * window * SUPERCUBOID
-    assert budget.cost(True, slab.nbytes, slab, window_bytes) == 2 * slab.nbytes + 2 * window * SUPERCUBOID
+    assert cost.cost(False, slab.nbytes, slab, window_bytes) == 4 * slab.nbytes + 3 * window * SUPERCUBOID
+    assert cost.cost(True, slab.nbytes, slab, window_bytes) == 2 * slab.nbytes + 2 * window * SUPERCUBOID
     plane = Cutout(chan, 0, Box((0, 0, 3), (2048, 2048, 4)), range(1))  # 4 MiB, one voxel deep
-    assert budget.cost(True, plane.nbytes, plane, window_bytes) == 2 * plane.nbytes + 8 * SUPERCUBOID  # was 3 x 4 MiB
+    assert cost.cost(True, plane.nbytes, plane, window_bytes) == 2 * plane.nbytes + 8 * SUPERCUBOID  # was 3 x 4 MiB
     voxel = Cutout(chan, 0, Box((5, 5, 5), (6, 6, 6)), range(1))
-    assert budget.cost(True, 1, voxel, window_bytes) == 2 + SUPERCUBOID
-    assert budget.cost(True, 1, None, window_bytes) == 2  # no supercuboids: what a request holds besides its read
+    assert cost.cost(True, 1, voxel, window_bytes) == 2 + SUPERCUBOID
+    assert cost.cost(True, 1, None, window_bytes) == 2  # no supercuboids: what a request holds besides its read
 
 
 @pytest.fixture
@@ -60,7 +61,7 @@ def public(admin: APIClient) -> Dataset:
 
 
 def test_the_budget_counts_what_is_held_and_refuses_beyond_it() -> None:
-    b = budget.ByteBudget(total=10, anonymous=4)
+    b = cost.ByteBudget(total=10, anonymous=4)
     b.take(4, anonymous=True)
     with pytest.raises(Busy):
         b.take(1, anonymous=True)  # the anonymous share is full
@@ -77,7 +78,7 @@ def test_the_budget_counts_what_is_held_and_refuses_beyond_it() -> None:
     b.take(10, anonymous=False)
 
 
-def test_an_anonymous_read_over_its_share_is_413_and_a_token_gets_it(small_budget: budget.ByteBudget,
+def test_an_anonymous_read_over_its_share_is_413_and_a_token_gets_it(small_budget: cost.ByteBudget,
                                                                       public: Dataset, admin: APIClient) -> None:
     url = "/v1/cutout/pub/e1/img8/0/0:512/0:512/0:8/"  # 2 MiB: READ_BOX + 2 MiB of budget, over the anonymous share
     refused = APIClient().get(url, HTTP_ACCEPT="application/octet-stream")
@@ -90,7 +91,7 @@ def test_an_anonymous_read_over_its_share_is_413_and_a_token_gets_it(small_budge
 
 
 @pytest.mark.parametrize("anonymous", [True, False])
-def test_a_read_while_the_worker_is_full_is_503_with_retry_after(small_budget: budget.ByteBudget, public: Dataset,
+def test_a_read_while_the_worker_is_full_is_503_with_retry_after(small_budget: cost.ByteBudget, public: Dataset,
                                                                  admin: APIClient, anonymous: bool) -> None:
     """Other requests in flight hold the budget: the read is refused at once, not queued."""
     client = APIClient() if anonymous else admin
@@ -106,7 +107,7 @@ def test_a_read_while_the_worker_is_full_is_503_with_retry_after(small_budget: b
     assert client.get(url, HTTP_ACCEPT="application/octet-stream").status_code == 200
 
 
-def test_a_write_refused_for_the_budget_reads_no_body_and_changes_nothing(small_budget: budget.ByteBudget,
+def test_a_write_refused_for_the_budget_reads_no_body_and_changes_nothing(small_budget: cost.ByteBudget,
                                                                           public: Dataset, admin: APIClient) -> None:
     _, token = token_for("writer", is_superuser=True)
     held = TOTAL - WRITE_BOX + 1
@@ -124,7 +125,7 @@ def test_a_write_refused_for_the_budget_reads_no_body_and_changes_nothing(small_
 
 @pytest.mark.parametrize("path", ["/v1/image/pub/e1/img8/xy/0/0:512/0:512/2/",
                                   "/precomputed/pub/e1/img8/0/0-512_0-512_0-4"])
-def test_slices_and_precomputed_chunks_take_their_share_too(small_budget: budget.ByteBudget, public: Dataset,
+def test_slices_and_precomputed_chunks_take_their_share_too(small_budget: cost.ByteBudget, public: Dataset,
                                                             path: str, admin: Any) -> None:
     small_budget.take(TOTAL, False)
     try:
@@ -134,7 +135,7 @@ def test_slices_and_precomputed_chunks_take_their_share_too(small_budget: budget
     assert APIClient().get(path).status_code == 200
 
 
-def test_an_ndblaze_write_reserves_its_body_and_no_supercuboids(small_budget: budget.ByteBudget, public: Dataset,
+def test_an_ndblaze_write_reserves_its_body_and_no_supercuboids(small_budget: cost.ByteBudget, public: Dataset,
                                                                  admin: APIClient) -> None:
     """NDBlaze buffers the body as it came (the merger applies it elsewhere): 4 x its box, where
     a cache write of the same box also reserves the supercuboid it merges into."""

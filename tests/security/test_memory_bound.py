@@ -26,7 +26,7 @@ from tests.security.conftest import admin_session, public_dataset
 MiB = 1 << 20
 MAX_CUTOUT = 64 * MiB
 WINDOW = 16 * MiB  # NDSTORE_READ_WINDOW_BYTES: a quarter of the largest read, so the bound tells
-BUDGET = 4 * MAX_CUTOUT + 3 * WINDOW  # the default: room for the largest write (ndstore/api/budget.py)
+BUDGET = 4 * MAX_CUTOUT + 3 * WINDOW  # the default: room for the largest write (ndstore/engine/cost.py)
 RETAINED = int(MALLOC_TUNING["MALLOC_TRIM_THRESHOLD_"]) + int(MALLOC_TUNING["MALLOC_TOP_PAD_"])
 
 

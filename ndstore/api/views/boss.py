@@ -38,10 +38,8 @@ from ndstore.api.models import Channel, IdCounter, MetaValue
 from ndstore.api.schema import TOKEN_REQUIRED, errors
 from ndstore.api.views import resources
 from ndstore.api.views.cutout import CutoutView, refusals
-from ndstore.core import morton
 from ndstore.core.errors import Conflict, InvalidRequest, NotFound
-from ndstore.core.geometry import Box
-from ndstore.engine.volume import ChannelVolume, Cutout, check_level
+from ndstore.engine.volume import check_level
 from ndstore.wiring import services
 
 MAX_RESERVE = 1 << 32  # ids per reservation
@@ -77,8 +75,7 @@ class ToBlackView(CutoutView):
                                             **refusals(400, 401, 403, 404, 413, 503, 507)})
     def put(self, request: Any, **kw: Any) -> Response:
         self._resolve(request, auth.WRITE, kw)
-        zeros = np.zeros(self.cutout.shape, self.cutout.channel.dtype)
-        services().tier(self.tier, "cache").write(self.cutout, zeros)
+        services().plane.write(self.cutout, np.zeros(self.cutout.shape, self.cutout.channel.dtype))
         return Response(status=200)
 
 
@@ -98,10 +95,7 @@ class IdsView(CutoutView):
         _require_annotation(chan, "ids")
         # np.unique's sorted copy and the JSON text (the read was charged with the cutout's reservation)
         budget.reserve(request, self.cutout.nbytes // 2, None, reading=0)
-        data = services().tier(self.tier, "cache").read(self.cutout)
-        ids = np.unique(data.reshape(-1))
-        del data
-        return HttpResponse(ids_json(ids[ids != 0]), content_type="application/json")
+        return HttpResponse(ids_json(services().plane.ids(self.cutout)), content_type="application/json")
 
 
 def ids_json(ids: npt.NDArray[Any], batch: int = 1 << 20) -> bytes:
@@ -113,47 +107,6 @@ def ids_json(ids: npt.NDArray[Any], batch: int = 1 << 20) -> bytes:
         parts.append((", " if start else "").encode() + ", ".join(f'"{i}"' for i in chunk).encode())
     parts.append(b"]}")
     return b"".join(parts)
-
-
-def _span(mask: npt.NDArray[np.bool_], origin: Box) -> tuple[list[int], list[int]] | None:
-    """(lo, hi) in (x, y, z) of the True voxels of a (z, y, x) mask placed at origin.lo."""
-    if not mask.any():
-        return None
-    lo, hi = [], []
-    for axis in (2, 1, 0):  # x, y, z
-        hits = np.flatnonzero(mask.any(axis=tuple(a for a in range(3) if a != axis)))
-        lo.append(int(hits[0]) + origin.lo[2 - axis])
-        hi.append(int(hits[-1]) + 1 + origin.lo[2 - axis])
-    return lo, hi
-
-
-def bounding_box(volume: ChannelVolume, resolution: int, label: int, loose: bool) -> dict[str, list[int]] | None:
-    """Where `label` occurs at `resolution`, over all time samples; `loose` widens the box to
-    cuboid boundaries (clipped to the level's extent). None if it occurs nowhere."""
-    svc = services()
-    svc.downsampler.write_back(volume, resolution)  # dirty cached data reaches the index first
-    grid, extent = volume.grid(resolution), volume.extent(resolution)
-    lo: list[int] = []
-    hi: list[int] = []
-    times: list[int] = []
-    for t in range(volume.num_time_samples):
-        for code in svc.index.mortons(volume.volume_key(resolution, t)):
-            box = grid.supercuboid_box(morton.decode_one(code)).intersect(extent)
-            if box is None:
-                continue
-            found = _span(svc.direct.read(Cutout(volume, resolution, box, range(t, t + 1)))[0] == label, box)
-            if found is None:
-                continue
-            lo = [min(a, b) for a, b in zip(lo or found[0], found[0])]
-            hi = [max(a, b) for a, b in zip(hi or found[1], found[1])]
-            times.append(t)
-    if not times:
-        return None
-    if loose:
-        lo = [max(e, v // c * c) for v, c, e in zip(lo, grid.cuboid, extent.lo)]
-        hi = [min(e, -(-v // c) * c) for v, c, e in zip(hi, grid.cuboid, extent.hi)]
-    return {"x_range": [lo[0], hi[0]], "y_range": [lo[1], hi[1]], "z_range": [lo[2], hi[2]],
-            "t_range": [min(times), max(times) + 1]}
 
 
 class BoundingBoxView(APIView):
@@ -179,7 +132,7 @@ class BoundingBoxView(APIView):
         check_level(volume, resolution)
         if label == 0:
             raise InvalidRequest("id 0 is the background, not an object")
-        found = bounding_box(volume, resolution, label, kind == "loose")
+        found = services().plane.bounding_box(volume, resolution, label, kind == "loose")
         if found is None:
             raise NotFound(f"id {label} does not occur in {collection}/{experiment}/{channel} at resolution "
                            f"{resolution}")

@@ -12,7 +12,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import auth, budget, levels, lookups
+from ndstore.api import auth, budget, lookups
 from ndstore.api.errors import JSONErrors
 from ndstore.api.media import ARRAY_PARSERS, ARRAY_RENDERERS, RAW_BODY_PARSERS, RawBody
 from ndstore.api.schema import binary, binary_responses, errors
@@ -20,10 +20,11 @@ from ndstore.core import wire
 from ndstore.core.errors import InvalidBody, InvalidRequest
 from ndstore.core.geometry import Box
 from ndstore.core.labels import keep_ids
+from ndstore.engine.dataplane import Read, Write
 from ndstore.engine.volume import Cutout, make_cutout
 from ndstore.wiring import services
 
-ACCESS_MODES = ("cache", "no_cache", "raw")
+ACCESS_MODES = {mode.value: mode for mode in Read}  # ?access-mode=: cache, no_cache, raw
 
 # What the refusals of the cutout routes mean, where a cutout says more than MEANINGS.
 REFUSALS = {
@@ -66,7 +67,8 @@ def write_schema(summary: str, description: str, created: str, *codes: int) -> A
 
 
 class CutoutView(JSONErrors, APIView):
-    tier = "cache"
+    writes_to = Write.CACHE
+    reads_from = {Read.LIVE: Read.LIVE, Read.BASE: Read.BASE, Read.RAW: Read.RAW}  # ?access-mode= -> the read
     writes_supercuboids = True  # a write merges into supercuboids (the budget counts them)
     parser_classes = ARRAY_PARSERS
     renderer_classes = ARRAY_RENDERERS
@@ -108,9 +110,9 @@ class CutoutView(JSONErrors, APIView):
         budget.reserve(request, self.cutout.nbytes, self.cutout if holds else None, reading=self.cutout.nbytes)
         return chan
 
-    @read_schema("Through the cache tier.",
+    @read_schema("Through the cache tier, with the writes still pending in NDBlaze.",
                  "cache (default): through the cache; no_cache (or no-cache): the base tier, after writing back "
-                 "dirty cached data; raw: the base tier as it is")
+                 "dirty cached data; both with pending NDBlaze writes; raw: the base tier as it is")
     def get(self, request: Any, **kw: Any) -> Response:
         return self.read(request, kw)
 
@@ -119,10 +121,10 @@ class CutoutView(JSONErrors, APIView):
         ``request`` is either's, with its caller authenticated."""
         chan = self._resolve(request, auth.READ, kw)
         asked = request.GET.get("access-mode", "cache")
-        mode = asked.replace("-", "_")  # intern sends no_cache as "no-cache"
-        if mode not in ACCESS_MODES:
+        mode = ACCESS_MODES.get(asked.replace("-", "_"))  # intern sends no_cache as "no-cache"
+        if mode is None:
             raise InvalidRequest(f"access-mode must be one of {', '.join(ACCESS_MODES)}, not {asked!r}")
-        data = services().tier(self.tier, mode).read(self.cutout)
+        data = services().plane.read(self.cutout, self.reads_from[mode])
         ids = _filter_ids(request.GET.get("filter"), chan.type, self.cutout.channel.dtype)
         if ids is not None:
             data = keep_ids(data, ids)
@@ -137,23 +139,24 @@ class CutoutView(JSONErrors, APIView):
     def write(self, request: Any, kw: dict[str, Any], body: Callable[[], Any]) -> Response:
         """The write, for both dispatches (as read): the caller may write the channel and the box
         is reserved before ``body()`` reads and decodes a byte of the body."""
-        chan = self._resolve(request, auth.WRITE, kw)
+        self._resolve(request, auth.WRITE, kw)
         data = body()
         if not isinstance(data, np.ndarray):
             raise InvalidBody("request body is empty")
-        services().tier(self.tier, "cache").write(self.cutout, data.reshape(self.cutout.shape))
-        levels.note_written(chan, self.cutout.resolution)
+        services().plane.write(self.cutout, data, self.writes_to)
         return Response(status=201)
 
 
 @extend_schema_view(
-    get=read_schema("Straight from the base tier, after writing back dirty cached data.",
-                    "raw: the base tier as it is, without writing back dirty cached data; any other mode reads as "
-                    "the default does"),
+    get=read_schema("Straight from the base tier, after writing back dirty cached data, with the writes still "
+                    "pending in NDBlaze.",
+                    "raw: the base tier as it is, without dirty cached data or pending NDBlaze writes; any other mode "
+                    "reads as the default does"),
     post=write_schema("Write a box to the base tier", "Straight to the base tier; cached copies are dropped.",
                       "stored; empty body", 400, 401, 403, 404, 413, 415, 503, 507))
 class DirectCutoutView(CutoutView):
-    tier = "direct"
+    writes_to = Write.DIRECT
+    reads_from = {Read.LIVE: Read.BASE, Read.BASE: Read.BASE, Read.RAW: Read.RAW}
 
 
 @extend_schema_view(get=read_schema(
@@ -164,7 +167,8 @@ class BlazeCutoutView(CutoutView):
     """Writes are stored as they arrived (framing checked, never decoded) and acknowledged with
     their sequence number; reads return the base tier plus every pending write, in order."""
 
-    tier = "blaze"
+    writes_to = Write.BUFFERED
+    reads_from = {Read.LIVE: Read.BASE, Read.BASE: Read.BASE, Read.RAW: Read.RAW}
     parser_classes = RAW_BODY_PARSERS
     writes_supercuboids = False  # the body is buffered as it came; the merger applies it elsewhere
 
@@ -178,12 +182,11 @@ class BlazeCutoutView(CutoutView):
         return self.write(request, kw, lambda: request.data)
 
     def write(self, request: Any, kw: dict[str, Any], body: Callable[[], Any]) -> Response:
-        chan = self._resolve(request, auth.WRITE, kw)
+        self._resolve(request, auth.WRITE, kw)
         raw = body()
         if not isinstance(raw, RawBody):
             raise InvalidBody("request body is empty")
-        seq = services().blaze.write_body(self.cutout, raw.body, raw.media_type, self.has_time)
-        levels.note_written(chan, self.cutout.resolution)
+        seq = services().plane.buffer(self.cutout, raw.body, raw.media_type, self.has_time)
         return Response(status=201, headers={"X-NDBlaze-Sequence": str(seq)})
 
 

@@ -41,7 +41,7 @@ def _refresh(job: DownsampleJob) -> dict[str, Any]:
         job.channel.downsample_status = progress["state"]
         job.channel.save(update_fields=["downsample_status"])
         if progress["state"] == "DOWNSAMPLED":
-            levels.note_hierarchy_built(job.channel, lookups.channel_volume(job.channel).num_levels)
+            levels.note_hierarchy_built(lookups.channel_volume(job.channel))
             services().downsample_runs.remove(_spec(job))
     return progress
 
@@ -52,7 +52,7 @@ def describe(chan: Channel) -> dict[str, Any]:
     every = range(volume.num_levels)  # the Boss's geometry of every declared level, built or not
     body: dict[str, Any] = {
         "num_hierarchy_levels": volume.num_levels,
-        "built_levels": levels.built_levels(chan, volume.num_levels),
+        "built_levels": levels.built_levels(chan, volume),
         "cuboid_size": {str(r): list(volume.grid(r).cuboid) for r in every},
         "extent": {str(r): list(volume.extent(r).shape_zyx[::-1]) for r in every},
         "voxel_size": {str(r): [frame.x_voxel_size * 2 ** r, frame.y_voxel_size * 2 ** r,

@@ -79,7 +79,7 @@ class SliceImageView(JSONErrors, APIView):
         file_format = request.accepted_renderer.format
         window = request.GET.get("window")
         quality = _quality(request.GET.get("quality", "85"))
-        data = services().tier("cache", "cache").read(cutout)[0]
+        data = services().plane.read(cutout)[0]
         pixels = slices.displayable(slices.plane_of(data, self.orientation), chan.type == "annotation",
                                     slices.Window.parse(window) if window else None, file_format)
         body = slices.encode_image(pixels, file_format, quality)

@@ -26,10 +26,9 @@ from ndstore.api.caching import cacheable
 from ndstore.api.models import Channel
 from ndstore.api.schema import errors
 from ndstore.core import precomputed
-from ndstore.core.errors import NotFound, StorageError
+from ndstore.core.errors import NotFound
 from ndstore.core.geometry import Box
-from ndstore.core.wire import Array
-from ndstore.engine.volume import ChannelVolume, Cutout, make_cutout
+from ndstore.engine.volume import ChannelVolume, make_cutout
 from ndstore.wiring import services
 
 log = logging.getLogger("ndstore.views")
@@ -126,21 +125,6 @@ def channel_file(chan: Channel, body: bytes, content_type: str) -> HttpResponse:
     return cacheable(body, content_type, chan.experiment.collection.public, "Authorization")
 
 
-def live_read(cutout: Cutout) -> Array:
-    """The voxels as a standard-format view serves them: through the cache tier, or, where
-    NDBlaze writes to the box are still pending, base data plus those writes in order (as
-    `/v1/blaze/cutout/` reads), so a write through any path shows at once in every view. One
-    snapshot of the pending writes of the box's supercuboids decides (one Redis round trip).
-    Where the NDBlaze Redis cannot answer, the view serves what `/v1/cutout/` serves (merged
-    writes only) and says so in the log: a viewer keeps working through an NDBlaze outage."""
-    try:
-        pending = services().blaze.has_pending(cutout.plan().names)
-    except StorageError as exc:
-        log.warning("standard view read without pending NDBlaze writes: %s", exc)
-        pending = False
-    return services().tier("blaze" if pending else "cache", "cache").read(cutout)
-
-
 def voxel_nm_of(chan: Channel) -> tuple[float, float, float]:
     frame = chan.experiment.coord_frame
     return precomputed.voxel_size_nm((frame.x_voxel_size, frame.y_voxel_size, frame.z_voxel_size), frame.voxel_unit)
@@ -154,7 +138,7 @@ class InfoView(PrecomputedView):
 
     def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
         chan, volume, encoding = channel_for(request, kw)
-        built = levels.built_levels(chan, volume.num_levels)
+        built = levels.built_levels(chan, volume)
         body = json.dumps(precomputed.info(volume, voxel_nm_of(chan), encoding, built))
         return channel_file(chan, body.encode(), "application/json")
 
@@ -180,7 +164,7 @@ class ChunkView(PrecomputedView):
         t = chan.default_time_sample
         cutout = make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes)
         budget.reserve(request, cutout.nbytes, cutout, reading=cutout.nbytes)
-        data = live_read(cutout)[0]
+        data = services().plane.read(cutout)[0]
         return channel_file(chan, precomputed.encode_chunk(data, encoding), "application/octet-stream")
 
 

@@ -251,7 +251,7 @@ class ChannelView(ResourceView):
         if obj.downsample_jobs.filter(state="IN_PROGRESS").exists():
             raise Conflict(f"{obj.name} is being downsampled; cancel the build first "
                            "(DELETE /v1/downsample/{collection}/{experiment}/{channel}/)")
-        services().purge_channel(lookups.channel_volume(obj))
+        services().plane.purge(lookups.channel_volume(obj))
 
 
 def names_schema(component: str, key: str, *codes: int, **kwargs: Any) -> Callable[[type], type]:

@@ -27,7 +27,6 @@ from ndstore.api.views.precomputed import (
     PrecomputedView,
     channel_file,
     channel_for,
-    live_read,
     voxel_nm_of,
 )
 from ndstore.core import precomputed, sharded
@@ -58,7 +57,7 @@ class InfoView(PrecomputedView):
 
     def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
         chan, volume, _ = channel_for(request, kw)
-        built = levels.built_levels(chan, volume.num_levels)
+        built = levels.built_levels(chan, volume)
         encoding = precomputed.default_encoding(volume)
         body = precomputed.info(volume, voxel_nm_of(chan), encoding, built)
         for scale in body["scales"]:
@@ -80,7 +79,7 @@ class ShardView(PrecomputedView):
     def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
         chan, volume, _ = channel_for(request, kw)
         level = precomputed.level_of_key(kw["key"], volume.num_levels)
-        if level not in levels.built_levels(chan, volume.num_levels):
+        if level not in levels.built_levels(chan, volume):
             raise NotFound(f"scale {level} is not advertised: it holds no data yet")
         encoding = precomputed.default_encoding(volume)
         shards = sharded.level_shards(volume, level, encoding)
@@ -116,7 +115,8 @@ def _encoded_shard(request: Any, volume: ChannelVolume, level: int, t: int, shar
     cutouts = [make_cutout(volume, level, box, range(t, t + 1), limit) for _, box in shards.chunks(number)]
     reading = sum(c.nbytes for c in cutouts)
     budget.reserve(request, 2 * reading, _most_supercuboids(cutouts), reading=reading)
-    chunks = [precomputed.encode_chunk(live_read(c)[0], precomputed.COMPRESSED_SEGMENTATION) for c in cutouts]
+    plane = services().plane
+    chunks = [precomputed.encode_chunk(plane.read(c)[0], precomputed.COMPRESSED_SEGMENTATION) for c in cutouts]
     head = sharded.shard_layout(shards, number, [len(c) for c in chunks])[0].header
     return b"".join([head or b"", *chunks])
 
@@ -135,7 +135,7 @@ def _read(request: Any, volume: ChannelVolume, level: int, t: int, pieces: list[
         if cutout is None:
             out.append(piece.header[lo:hi])  # type: ignore[index]
         else:
-            out.append(precomputed.encode_chunk(live_read(cutout)[0], precomputed.RAW)[lo:hi])
+            out.append(precomputed.encode_chunk(services().plane.read(cutout)[0], precomputed.RAW)[lo:hi])
     return b"".join(out)
 
 

@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from ndstore.api import auth, budget, levels, lookups
 from ndstore.api.models import Channel
 from ndstore.api.schema import errors
-from ndstore.api.views.precomputed import NOT_MODIFIED, PrecomputedView, channel_file, live_read, voxel_nm_of
+from ndstore.api.views.precomputed import NOT_MODIFIED, PrecomputedView, channel_file, voxel_nm_of
 from ndstore.core import zarr_view
 from ndstore.core.errors import NotFound
 from ndstore.engine.volume import ChannelVolume, make_cutout
@@ -37,7 +37,7 @@ def _channel(request: Any, kw: dict[str, Any]) -> tuple[Channel, ChannelVolume]:
 
 
 def _level(chan: Channel, volume: ChannelVolume, level: int) -> int:
-    built = levels.built_levels(chan, volume.num_levels)
+    built = levels.built_levels(chan, volume)
     if level not in built:
         raise NotFound(f"no array {level}: this channel's arrays are its levels that hold data, "
                        f"{', '.join(map(str, built))}")
@@ -57,7 +57,7 @@ class GroupView(PrecomputedView):
 
     def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
         chan, volume = _channel(request, kw)
-        built = levels.built_levels(chan, volume.num_levels)
+        built = levels.built_levels(chan, volume)
         return _json(chan, zarr_view.group(volume, chan.name, voxel_nm_of(chan), built, volume.num_time_samples))
 
 
@@ -94,7 +94,7 @@ class ChunkView(PrecomputedView):
         # the read and the padded chunk
         chunk_bytes = int(np.prod(whole)) * volume.dtype.itemsize
         budget.reserve(request, 2 * chunk_bytes, cutout, reading=chunk_bytes)
-        data = live_read(cutout)[0]
+        data = services().plane.read(cutout)[0]
         if not data.any():
             raise NotFound(f"chunk c/{'/'.join(map(str, index))} holds only the fill value: every voxel is 0 "
                            "(the store keeps no all-zero cuboid; zarr readers read a missing chunk as fill_value 0)")

@@ -48,7 +48,7 @@ class Command(BaseCommand):
         chan.downsample_status = result["state"]
         chan.save(update_fields=["downsample_status"])
         if result["state"] == "DOWNSAMPLED":
-            levels.note_hierarchy_built(chan, volume.num_levels)
+            levels.note_hierarchy_built(volume)
         self.stdout.write(json.dumps(result, indent=1))
         if result["state"] == "FAILED":
             raise CommandError("the build failed; see the levels above")
