@@ -31,7 +31,7 @@ check: system-deps venv
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) tests/unit tests/storage
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) tests/unit tests/storage tests/contracts
 
 bench: system-deps venv
 	$(PY) -m benchmarks.bench_direct
