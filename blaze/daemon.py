@@ -14,8 +14,8 @@ from typing import Any
 
 from blaze.merge import MergeResult
 from ndstore.core.observe import NULL, Observer
+from ndstore.engine.cache.daemons import rounds
 from ndstore.engine.ledger import LedgerKeeper
-from ndstore.engine.writeback import rounds
 from ndstore.storage.interfaces import BlazeBuffer, MergeRequests, MergerPresence
 
 log = logging.getLogger("ndstore.blaze")

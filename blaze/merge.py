@@ -27,7 +27,8 @@ from blaze.blob import BlobHeader, apply_to
 from ndstore.core import morton
 from ndstore.core.errors import DataCorrupt, DataLost
 from ndstore.core.keys import SupercuboidKey
-from ndstore.engine.cache_tier import CacheTier, Rewrite
+from ndstore.engine.cache.ports import BufferRecord, Coherence, Rewrite
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.storage.interfaces import BlazeBuffer, PendingBlob
 
 Array = npt.NDArray[Any]
@@ -75,8 +76,11 @@ class DecodedBlobs:
 
 class Merger:
     def __init__(self, buffer: BlazeBuffer, cache_tier: CacheTier):
+        """Rewrites supercuboids coherently with the cache (its Coherence port) and drops what it
+        merged from the record of NDBlaze writes (`CacheTier.loss`, its BufferRecord port)."""
         self.buffer = buffer
-        self.tier = cache_tier
+        self.tier: Coherence = cache_tier
+        self.record: BufferRecord = cache_tier.loss
         self.decoded = DecodedBlobs()
 
     def merge(self, names: Iterable[str]) -> MergeResult:
@@ -97,7 +101,7 @@ class Merger:
             if not seqs:
                 return MergeResult()
             result = self._apply(supercuboid, self.buffer.blobs(seqs))
-            self.tier.forget_buffered({name: seqs[-1]})  # stored: no longer theirs to lose
+            self.record.forget_buffered({name: seqs[-1]})  # stored: no longer theirs to lose
             self.buffer.release(name, seqs)
         result.seconds = time.perf_counter() - started
         return result

@@ -26,9 +26,9 @@ from ndstore.core import morton, wire
 from ndstore.core.errors import RedisUnverified, StorageError
 from ndstore.core.keys import SupercuboidKey
 from ndstore.core.observe import NULL, Observer
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.ports import BufferRecord
 from ndstore.engine.direct import CoherentDirect
-from ndstore.engine.ledger import LedgerBook, LedgerKeeper
+from ndstore.engine.ledger import LedgerKeeper
 from ndstore.engine.volume import Cutout
 from ndstore.storage.interfaces import BlazeBuffer, PendingBlob
 
@@ -37,21 +37,24 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-def buffer_ledger(buffer: BlazeBuffer, cache_tier: CacheTier, observer: Observer = NULL) -> LedgerKeeper:
+def buffer_ledger(buffer: BlazeBuffer, record: BufferRecord, observer: Observer = NULL) -> LedgerKeeper:
     """The ledger of what the buffer's Redis holds unmerged, next to the base tier; what it lost is
-    refused by the cache tier (every path reads the lost supercuboids through it)."""
-    return LedgerKeeper("blaze", buffer, LedgerBook(cache_tier.objects, "blaze"), cache_tier.ledger_lock("blaze"),
-                        buffer.drop_all_but, cache_tier.mark_lost, dict, observer=observer, record=cache_tier)
+    refused by the cache tier (every path reads the lost supercuboids through it), and it is
+    checked against the record of NDBlaze writes kept in the cache (``record``: `CacheTier.loss`)."""
+    return record.ledger_for("blaze", buffer, buffer.drop_all_but, observer)
 
 
 class BlazeTier:
     def __init__(self, buffer: BlazeBuffer, direct: CoherentDirect, ledger: LedgerKeeper):
-        """Also makes the cache tier check the buffer's run for the supercuboids it has recorded
-        writes to (`CacheTier.watch_buffer`): every path reads them through it."""
+        """Reads the base tier through ``direct``, and records its writes in the cache tier's
+        record (`CacheTier.loss`, its BufferRecord port), which it also makes check the buffer's
+        run for the supercuboids it has recorded writes to (`watch_buffer`): every path reads
+        them through it."""
         self.buffer = buffer
         self.direct = direct
         self.ledger = ledger
-        direct.tier.watch_buffer(self.check_run)
+        self.record: BufferRecord = direct.tier.loss
+        self.record.watch_buffer(self.check_run)
 
     def check_run(self, run: str) -> bool:
         """Make sure the buffer is still ``run`` (the one the record of writes describes): otherwise
@@ -87,7 +90,7 @@ class BlazeTier:
         names = supercuboid_names(header)
 
         def append() -> tuple[int, str]:  # guarded again after a check: it may have marked them lost
-            self.direct.tier.guard(names)
+            self.record.guard(names)
             return self.buffer.append_in_run(header.to_json(), body, names)
 
         seq, run = self._checked(append)
@@ -99,10 +102,10 @@ class BlazeTier:
         another run, or none: the buffer is checked (which rebuilds a missing record from what it
         holds, this write included), then tried once more; still another run means the buffer
         was checked since it took the write, which it may have lost: not acknowledged."""
-        if self.direct.tier.record_buffered(run, seqs):
+        if self.record.record_buffered(run, seqs):
             return
         self.ledger.verify()
-        if not self.direct.tier.record_buffered(run, seqs):
+        if not self.record.record_buffered(run, seqs):
             raise RedisUnverified("the NDBlaze buffer was checked against its record while this write was taken "
                                   "(it restarted); the write may not have been stored: retry it")
 
@@ -128,7 +131,7 @@ class BlazeTier:
             with self.direct.tier.exclusive([name]):
                 seqs = self.buffer.pending_seqs([name])[name]
                 if seqs:
-                    self.direct.tier.forget_buffered({name: seqs[-1]})
+                    self.record.forget_buffered({name: seqs[-1]})
                 dropped += self.buffer.release(name, seqs)
         return dropped
 

@@ -19,7 +19,8 @@ from ndstore.config import Config
 from ndstore.core.observe import Observer
 from ndstore.core.signing import Signer
 from ndstore.engine.base_tier import BaseTier
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.daemons import CacheManager, Flusher
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.cost import ByteBudget, largest_write
 from ndstore.engine.dataplane import DataPlane
 from ndstore.engine.direct import CoherentDirect
@@ -28,7 +29,6 @@ from ndstore.engine.index_check import GuardedIndex
 from ndstore.engine.ingest import Ingest
 from ndstore.engine.ledger import LedgerKeeper
 from ndstore.engine.levels import StoredLevels
-from ndstore.engine.writeback import CacheManager, Flusher
 from ndstore.storage import redis_client
 from ndstore.storage.aws import Credentials
 from ndstore.storage.blaze_buffer import RedisBlazeBuffer, RedisMergeRequests, RedisMergerPresence
@@ -51,7 +51,7 @@ from ndstore.storage.locks import LocalLocks
 from ndstore.storage.rate_limit import RedisRateLimiter
 from ndstore.storage.redis_cache import RedisCuboidCache
 from ndstore.storage.redis_metrics import RedisMetrics
-from ndstore.storage.rwlock import RedisRWLocks, lock_keys
+from ndstore.storage.rwlock import RedisRWLocks
 from ndstore.storage.s3 import S3ObjectStore
 from ndstore.storage.sqlite_index import SqliteSupercuboidIndex
 from ndstore.storage.sqlite_job_state import SqliteJobState
@@ -206,17 +206,17 @@ def build(config: Config) -> Services:
     index.ensure_ready()
     base = BaseTier(objects, index, locks, config.io_parallelism, config.read_window_bytes)
     cache_url = config.cache_redis_url or config.redis_url
-    # small reads and writes skip the locks when the locks' keys live in the cache's Redis (CacheTier)
-    shared = isinstance(locks, RedisRWLocks) and cache_url == config.redis_url
+    # small reads and writes skip the locks when the locks' keys live in the cache's Redis: the
+    # cache adapter, told so, offers lock-free commits (RedisCuboidCache.lock_free)
+    shared = locks if isinstance(locks, RedisRWLocks) and cache_url == config.redis_url else None
     cache_redis = redis_client.connect(cache_url, config.redis_timeout_s)
-    cache = CacheTier(RedisCuboidCache(cache_redis), base, locks, config.io_parallelism, observer=metrics,
-                      lock_keys=lock_keys if shared else None)
+    cache = CacheTier(RedisCuboidCache(cache_redis, shared), base, locks, config.io_parallelism, observer=metrics)
     direct = CoherentDirect(cache)
     blaze_redis = redis_client.connect(config.blaze_redis_url, config.redis_timeout_s)
     # NDBlaze bodies reach 1 GiB: the answer to a large append waits for Redis to fsync it
     buffer = RedisBlazeBuffer(blaze_redis, config.blaze_max_pending_bytes,
                               redis_client.connect(config.blaze_redis_url, config.redis_bulk_timeout_s))
-    blaze_ledger = buffer_ledger(buffer, cache, metrics)
+    blaze_ledger = buffer_ledger(buffer, cache.loss, metrics)
     probe_timeout = min(2.0, config.redis_timeout_s)
     probes: dict[str, Callable[[], object]] = {
         "cache_redis": redis_client.connect(cache_url, probe_timeout).ping,

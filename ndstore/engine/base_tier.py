@@ -1,5 +1,5 @@
 """The base tier: arbitrary boxes read from and written to the supercuboids of the object store,
-with the supercuboid index kept in step. It owns no cache: the cache tier (cache_tier.py) keeps
+with the supercuboid index kept in step. It owns no cache: the cache tier (ndstore/engine/cache/) keeps
 it coherent with cached copies, and everything else reaches it through the cache tier.
 
 Reads fetch the touched supercuboids in parallel and decompress only the cuboids the box

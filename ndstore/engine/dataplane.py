@@ -26,7 +26,7 @@ from ndstore.core import morton
 from ndstore.core.errors import StorageError
 from ndstore.core.geometry import Box
 from ndstore.core.keys import SEPARATOR, SupercuboidKey
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.cost import ByteBudget, Reservation, cost
 from ndstore.engine.direct import CoherentDirect, RawReads
 from ndstore.engine.index_check import GuardedIndex

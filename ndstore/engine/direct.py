@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy.typing as npt
 
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.volume import Cutout
 
 Array = npt.NDArray[Any]

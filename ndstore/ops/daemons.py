@@ -39,8 +39,8 @@ def run_daemons() -> int:
     stop.wait()
     for w in workers:
         w.join(timeout=60)
-    flushed = svc.cache_tier.flush_all()
-    svc.cache_tier.keep_ledger(final=True)
+    flushed = svc.cache_tier.upkeep.flush_all()
+    svc.cache_tier.loss.keep_ledger(final=True)
     log.info("stopped; wrote back %d dirty supercuboids", flushed)
     return 0
 

@@ -105,28 +105,37 @@ class Holdings(Protocol):
         """Remove the mark: writes are refused (RedisUnverified) until it is set again."""
 
 
-class CuboidCache(Holdings, Protocol):
-    """Cuboid blobs of resident supercuboids by name, with an LRU index and a dirty set.
-    Callers hold the supercuboid's lock; the cache only stores."""
+# The cuboid cache, cut into ports by what each caller needs. One adapter may implement them all
+# (RedisCuboidCache does); a caller holds the supercuboid's lock, and the cache only stores.
+
+
+class CuboidStore(Protocol):
+    """The request path's cuboid blobs of resident supercuboids, by supercuboid name and cuboid
+    number (-1: the supercuboid's metadata). Every blob is checked against its digest when read:
+    a damaged one raises DamagedInCache, never comes back."""
+
+    def get_many(self, wanted: Mapping[str, Sequence[int]]) -> dict[str, list[bytes | None]]:
+        """The given cuboids of each supercuboid (None where a cuboid has no blob), in one step."""
+
+    def get_if_resident(self, wanted: Mapping[str, Sequence[int]]) -> dict[str, list[bytes | None] | None]:
+        """`get_many`, None for each supercuboid that is not resident, in one step."""
+
+    def get_all(self, name: str, count: int) -> list[bytes | None]:
+        """Cuboids 0 to ``count`` - 1 of one supercuboid."""
+
+    def put(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float, dirty: bool) -> None:
+        """Store cuboid blobs and mark the supercuboid resident (accessed ``now``) and, if
+        ``dirty``, dirty with a fresh seq (`Holdings`): all or nothing. Refused (RedisUnverified)
+        while the holdings are not checked (no epoch)."""
+
+    def touch(self, names: Sequence[str], now: float) -> None:
+        """Access times for the LRU order; names not resident are left out."""
+
+
+class Residency(Protocol):
+    """Copies from the base tier: whole supercuboids paged in, and cuboids a resident one lacks."""
 
     def resident(self, names: Sequence[str]) -> list[bool]: ...
-
-    def get_many(self, wanted: Mapping[str, Sequence[int]]) -> dict[str, list[bytes | None]]: ...
-
-    def get_if_resident(self, wanted: Mapping[str, Sequence[int]]) -> dict[str, list[bytes | None] | None]: ...
-
-    def read_unlocked(self, wanted: Mapping[str, Sequence[int]], writer_keys: Mapping[str, str],
-                      now: float) -> dict[str, list[bytes | None]] | None: ...
-
-    def read_for_update(self, wanted: Mapping[str, Sequence[int]], writer_keys: Mapping[str, str],
-                        now: float) -> dict[str, tuple[list[bytes | None], list[bytes | None]]] | None: ...
-
-    def commit_unlocked(self, blobs: Mapping[str, Mapping[int, bytes]], expected: Mapping[str, Mapping[int, bytes]],
-                        lock_keys: Mapping[str, tuple[str, str]], now: float) -> bool: ...
-
-    def get_all(self, name: str, count: int) -> list[bytes | None]: ...
-
-    def put(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float, dirty: bool) -> None: ...
 
     def page_in(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float, run: str) -> None:
         """Clean cuboids copied from the base tier, the supercuboid then resident; the store may
@@ -138,28 +147,46 @@ class CuboidCache(Holdings, Protocol):
         """Clean cuboids a resident supercuboid lacks, copied from the base tier, as `page_in`
         stores them; a cuboid stored since it was found absent is kept."""
 
-    def absent(self, name: str, numbers: Sequence[int]) -> list[int]: ...
+    def absent(self, name: str, numbers: Sequence[int]) -> list[int]:
+        """Which of ``numbers`` the supercuboid holds no blob for."""
 
-    def touch(self, names: Sequence[str], now: float) -> None: ...
 
-    def dirty_before(self, when: float, limit: int) -> list[str]: ...
+class DirtySet(Protocol):
+    """What the write-back owes the base tier: dirty supercuboids, since when."""
+
+    def dirty_before(self, when: float, limit: int) -> list[str]:
+        """Up to ``limit`` supercuboids dirty since ``when`` or earlier, longest-dirty first."""
 
     def oldest_dirty(self) -> float | None:
         """When the longest-dirty supercuboid became dirty (None: nothing is dirty)."""
 
     def is_dirty(self, names: Sequence[str]) -> list[bool]: ...
 
-    def clear_dirty(self, name: str) -> None: ...
+    def clear_dirty(self, name: str) -> None:
+        """Written back: no longer dirty, and no longer in the holdings' account."""
 
-    def evict(self, name: str) -> None: ...
 
-    def names_with_prefix(self, prefix: str) -> list[str]: ...
+class Occupancy(Protocol):
+    """What the cache holds and how much: eviction, bulk operations, gauges."""
 
-    def coldest(self, count: int) -> list[str]: ...
+    def evict(self, name: str) -> None:
+        """Drop a supercuboid whole: its cuboids, residency, dirty mark and seq."""
 
-    def used_memory(self) -> int: ...
+    def coldest(self, count: int) -> list[str]:
+        """The least recently used resident supercuboids, coldest first."""
 
-    def count(self) -> tuple[int, int]: ...
+    def used_memory(self) -> int:
+        """Bytes the store uses (on a Cluster, its fullest node's)."""
+
+    def count(self) -> tuple[int, int]:
+        """(resident, dirty) supercuboid counts."""
+
+    def names_with_prefix(self, prefix: str) -> list[str]:
+        """Resident or dirty supercuboids whose names start with ``prefix`` (bulk operations only)."""
+
+
+class LossMarks(Holdings, Protocol):
+    """The checked mark of the store's run, and the supercuboids refused as lost (ndstore/engine/ledger.py)."""
 
     def loss_marks(self, names: Sequence[str]) -> tuple[str | None, dict[str, str], str | None]:
         """(the epoch mark of this checked run, None when there is none; why each of ``names``
@@ -173,7 +200,10 @@ class CuboidCache(Holdings, Protocol):
 
     def forget_lost(self, names: Sequence[str]) -> None: ...
 
-    # The record of NDBlaze writes, kept in this store (ndstore/engine/ledger.py, "the record"):
+
+class BufferedRecord(Protocol):
+    """The record of NDBlaze writes, kept in the cache's store (ndstore/engine/ledger.py, "the record")."""
+
     def record_buffered(self, run: str, seqs: Mapping[str, int]) -> bool:
         """Record each supercuboid's newest NDBlaze write (its seq), taken in the buffer's ``run``;
         False (nothing recorded) when the record describes another run or none."""
@@ -190,6 +220,38 @@ class CuboidCache(Holdings, Protocol):
 
     def drop_buffered(self) -> None:
         """Drop the record (it may be as short as this store): rebuilt from the buffer."""
+
+
+class LockFreeCommits(Protocol):
+    """Small reads and writes that take no lock: what a cache offers when it can see, in the same
+    atomic step as its own, whether anyone holds a supercuboid's readers-writer lock (the Redis
+    cache beside RedisRWLocks in the same Redis). Each declines (None, False: nothing happened)
+    whenever it would not be safe; the caller then takes the locks."""
+
+    def read_unlocked(self, wanted: Mapping[str, Sequence[int]], now: float) -> dict[str, list[bytes | None]] | None:
+        """The given cuboids of each supercuboid as one atomic snapshot, accessed ``now``; None
+        unless the store is checked, and each supercuboid is resident, not marked lost, without
+        an NDBlaze write recorded, and no writer holds its lock."""
+
+    def read_for_update(self, wanted: Mapping[str, Sequence[int]],
+                        now: float) -> dict[str, tuple[list[bytes | None], list[bytes | None]]] | None:
+        """`read_unlocked`, with each blob's stored digest: what `commit_unlocked` checks."""
+
+    def commit_unlocked(self, blobs: Mapping[str, Mapping[int, bytes]], expected: Mapping[str, Mapping[int, bytes]],
+                        now: float) -> bool:
+        """Store each supercuboid's new cuboid blobs and mark it dirty, all of them or none, only
+        if the store is checked, each is resident, not lost, without an NDBlaze write recorded,
+        no one (reader or writer) holds its lock, and the cuboids in ``expected`` still have the
+        digests `read_for_update` gave. False: nothing was stored."""
+
+
+class CuboidCache(CuboidStore, Residency, DirtySet, Occupancy, LossMarks, BufferedRecord, Protocol):
+    """The whole cache adapter: every port above, and lock-free commits where it can offer them."""
+
+    @property
+    def lock_free(self) -> LockFreeCommits | None:
+        """Its lock-free reads and commits; None when it cannot see the locks (every request
+        then takes them)."""
 
 
 # -- work queues (ingest and downsample tasks) ------------------------------------------------

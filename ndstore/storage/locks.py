@@ -36,6 +36,13 @@ class LocalLocks:
     read = hold
     write = hold
 
+    def busy(self, name: str) -> bool:
+        """Whether any thread holds lock ``name`` now (what an in-process cache's lock-free
+        commits check, ndstore/testing/memory_cache.py)."""
+        with self._guard:
+            lock = self._locks.get(name)
+        return lock is not None and lock.locked()
+
     def mixed(self, reads: Sequence[str] = (), writes: Sequence[str] = (),
               timeout_s: float | None = None) -> AbstractContextManager[None]:
         return self.hold([*reads, *writes], timeout_s)

@@ -14,7 +14,12 @@ N is a supercuboid's name (its volume partition and Morton code); the braces mak
 tag, so on Redis Cluster a supercuboid's cuboids live on one node, and the loss bookkeeping with
 the dirty set. Every cuboid blob is stored with its xxh3-64 digest (field `#<number>`), checked on
 every read: damaged bytes are refused (DamagedInCache), never decoded. Callers hold the
-supercuboid's lock; this adapter only stores.
+supercuboid's lock; this adapter only stores. One class implements every port of the cuboid
+cache (ndstore/storage/interfaces.py).
+
+Built with the RedisRWLocks that keep their keys in this same Redis, it also offers lock-free
+reads and commits (`lock_free`, `RedisLockFree`): its scripts check those locks' keys in the
+same atomic step, so the engine never sees a lock key. Never on a Cluster (keys in many slots).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from redis.cluster import RedisCluster
 from ndstore.core.errors import DamagedInCache, RedisUnverified, StorageError
 from ndstore.core.geometry import CUBOID_BYTES
 from ndstore.storage.interfaces import Held
+from ndstore.storage.rwlock import RedisRWLocks
 
 INDEX = "ndc:index"
 DIRTY = "ndc:dirty"
@@ -143,7 +149,7 @@ for i = 1, #ARGV do
       or redis.call('HEXISTS', KEYS[4], ARGV[i]) == 1 or redis.call('EXISTS', KEYS[4 + i]) == 1 then return 0 end
 end
 return 1"""
-# A write made without locks (CacheTier.write) is applied only if nothing it relied on changed
+# A write made without locks (ndstore/engine/cache/lock_free.py) is applied only if nothing it relied on changed
 # since its snapshot: the Redis is checked, no supercuboid is lost, each is resident, no one holds
 # its lock (a writer between its steps, or a reader: the flusher writes back under a read lock and
 # then clears the dirty mark, which must not forget this write), and each partly covered cuboid it
@@ -190,7 +196,7 @@ return 1"""
 # 24 ms against 18-20), but it writes and fsyncs nothing: the AOF grows with writes, not reads, and
 # Redis no longer stalls every client on a 14 MB fsync (two clients' cold reads ~30% faster).
 # After a restart a supercuboid that was written holds what its writes logged; the cuboids it
-# lacks are clean and read again from the base tier (see CacheTier._restore and
+# lacks are clean and read again from the base tier (see ndstore/engine/cache/copies.py, Copies.restore, and
 # docs/design/cache-tier.md, "Page-ins are not logged").
 # A copy is stored only in the run it was fetched in (EPOCH still the mark the caller read before
 # it fetched): one fetched before a restart that lost the Redis's data (and with it the lock the
@@ -329,9 +335,17 @@ def _fields(numbers: Sequence[int]) -> list[str]:
 
 
 class RedisCuboidCache:
-    def __init__(self, client: redis.Redis):
+    def __init__(self, client: redis.Redis, locks: RedisRWLocks | None = None):
+        """``locks``: the readers-writer locks of the cache's supercuboids when they keep their
+        keys in this same Redis (ValueError if they do not): small reads and writes may then
+        go without them (`lock_free`), except on a Cluster. None: every request takes the locks."""
         self._redis = client
         self._cluster = isinstance(client, RedisCluster)
+        self._lock_free: RedisLockFree | None = None
+        if locks is not None and not self._cluster:  # a Cluster never: a script sees one slot's keys
+            if not locks.same_redis(client):
+                raise ValueError("lock-free commits need the locks' keys in the cache's own Redis")
+            self._lock_free = RedisLockFree(client, locks)
         self._stage = client.register_script(_STAGE)
         self._commit = client.register_script(_COMMIT)
         self._mark = client.register_script(_MARK)
@@ -346,7 +360,7 @@ class RedisCuboidCache:
     def resident(self, names: Sequence[str]) -> list[bool]:
         if not names:
             return []
-        scores = self._do(lambda: self._redis.zmscore(INDEX, list(names)))
+        scores = _do(lambda: self._redis.zmscore(INDEX, list(names)))
         return [s is not None for s in scores]
 
     def get_many(self, wanted: Mapping[str, Sequence[int]]) -> dict[str, list[bytes | None]]:
@@ -354,59 +368,12 @@ class RedisCuboidCache:
         pipe = self._redis.pipeline(transaction=False)
         for name, numbers in wanted.items():
             pipe.hmget(_hash(name), _fields(numbers))
-        replies = self._do(pipe.execute)
+        replies = _do(pipe.execute)
         return {name: _checked(name, numbers, reply) for (name, numbers), reply in zip(wanted.items(), replies)}
 
-    def read_unlocked(self, wanted: Mapping[str, Sequence[int]], writer_keys: Mapping[str, str],
-                      now: float) -> dict[str, list[bytes | None]] | None:
-        """The given cuboids of each supercuboid as one atomic snapshot, taken without locks, in
-        one round trip; None (take the locked path) unless this Redis was checked, none of them
-        is marked lost or missing, and no writer holds one (``writer_keys``: each one's
-        writer-lock key, which must live in this Redis). Never on a Cluster (keys in many slots)."""
-        seen = self.read_for_update(wanted, writer_keys, now)
-        return None if seen is None else {name: blobs for name, (blobs, _) in seen.items()}
-
-    def read_for_update(self, wanted: Mapping[str, Sequence[int]], writer_keys: Mapping[str, str],
-                        now: float) -> dict[str, tuple[list[bytes | None], list[bytes | None]]] | None:
-        """`read_unlocked`, with each blob's stored digest: what `commit_unlocked` checks."""
-        if self._cluster or not wanted:
-            return None
-        names = list(wanted)
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.eval(_SNAPSHOT, 4 + len(names), EPOCH, LOST, INDEX, BUFFERED, *(writer_keys[n] for n in names), *names)
-        asked = [name for name in names if wanted[name]]
-        for name in asked:
-            pipe.hmget(_hash(name), _fields(wanted[name]))
-        pipe.eval(_TOUCH, 1, INDEX, now, *names)
-        ok, *replies, _ = self._do(pipe.execute)
-        if not ok:
-            return None
-        got = dict(zip(asked, replies))
-        return {name: (_checked(name, numbers, got[name]), got[name][len(numbers):]) if numbers else ([], [])
-                for name, numbers in wanted.items()}
-
-    def commit_unlocked(self, blobs: Mapping[str, Mapping[int, bytes]], expected: Mapping[str, Mapping[int, bytes]],
-                        lock_keys: Mapping[str, tuple[str, str]], now: float) -> bool:
-        """Store each supercuboid's new cuboid blobs and mark it dirty, all of them or none, only
-        if no one holds its lock (``lock_keys``: readers, writer) and the cuboids in ``expected``
-        still have those digests (see _CHECK_COMMIT); one round trip. False: nothing was stored."""
-        if self._cluster:
-            return False
-        check_keys: list[str] = [EPOCH, LOST, INDEX, REFUSED, BUFFERED]
-        check_args: list[Any] = []
-        finish_keys: list[str] = [INDEX, DIRTY, SEQ, SEQS, REFUSED]
-        for name in blobs:
-            check_keys += [_hash(name), *lock_keys[name], _aside(name)]
-            digests = expected.get(name, {})
-            check_args += [name, len(digests), *(v for n, d in digests.items() for v in (digest_field(n), d))]
-            finish_keys += [_hash(name), _aside(name)]
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.eval(_CHECK_COMMIT, len(check_keys), *check_keys, *check_args)
-        for name, new in blobs.items():
-            for batch in _in_batches(new):  # inside the MULTI: still all or nothing
-                pipe.hset(_hash(name), items=batch)
-        pipe.eval(_FINISH_COMMIT, len(finish_keys), *finish_keys, now, *blobs)
-        return bool(self._do(pipe.execute)[-1])
+    @property
+    def lock_free(self) -> RedisLockFree | None:
+        return self._lock_free
 
     def get_if_resident(self, wanted: Mapping[str, Sequence[int]]) -> dict[str, list[bytes | None] | None]:
         """The given cuboids of each supercuboid that is resident, None for one that is not; one
@@ -416,7 +383,7 @@ class RedisCuboidCache:
         asked = [name for name, numbers in wanted.items() if numbers]
         for name in asked:
             pipe.hmget(_hash(name), _fields(wanted[name]))
-        scores, *replies = self._do(pipe.execute)
+        scores, *replies = _do(pipe.execute)
         blobs = {name: _checked(name, wanted[name], reply) for name, reply in zip(asked, replies)}
         return {name: (blobs.get(name, []) if score is not None else None) for name, score in zip(wanted, scores)}
 
@@ -438,30 +405,30 @@ class RedisCuboidCache:
         batches = list(_in_batches(blobs))
         staged = len(batches) > 1
         if staged:
-            self._do(lambda: self._stage(keys=[main, _staging(name)], args=_fields(list(blobs))))
+            _do(lambda: self._stage(keys=[main, _staging(name)], args=_fields(list(blobs))))
             pipe = self._redis.pipeline(transaction=False)
             for batch in batches:
                 pipe.hset(_staging(name), items=batch)
-            self._do(pipe.execute)
+            _do(pipe.execute)
         if self._cluster:
             if dirty:
-                self._do(lambda: self._mark(keys=[DIRTY, SEQ, SEQS, EPOCH], args=[name, now]))
+                _do(lambda: self._mark(keys=[DIRTY, SEQ, SEQS, EPOCH], args=[name, now]))
             if staged:
-                self._do(lambda: self._redis.rename(_staging(name), main))
+                _do(lambda: self._redis.rename(_staging(name), main))
             elif batches:
-                self._do(lambda: self._redis.hset(main, items=batches[0]))
-            self._do(lambda: self._redis.zadd(INDEX, {name: now}))
+                _do(lambda: self._redis.hset(main, items=batches[0]))
+            _do(lambda: self._redis.zadd(INDEX, {name: now}))
             return
         commit_keys = [main, _staging(name), INDEX, DIRTY, SEQ, SEQS, EPOCH, REFUSED, _aside(name)]
         if staged:
-            self._do(lambda: self._commit(keys=commit_keys, args=[name, now, int(dirty), 1]))
+            _do(lambda: self._commit(keys=commit_keys, args=[name, now, int(dirty), 1]))
             return
         pipe = self._redis.pipeline(transaction=True)  # the cuboids as an HSET, not through Lua (_ASIDE)
         pipe.eval(_GUARD, 4, EPOCH, REFUSED, main, _aside(name))
         if batches:  # not staged: one
             pipe.hset(main, items=batches[0])
         pipe.eval(_COMMIT, len(commit_keys), *commit_keys, name, now, int(dirty), 0)
-        self._do(pipe.execute)
+        _do(pipe.execute)
 
     def page_in(self, name: str, blobs: Mapping[int, bytes | memoryview], now: float, run: str) -> None:
         """Store a supercuboid's clean cuboids, copied from the base tier, and mark it resident,
@@ -476,14 +443,14 @@ class RedisCuboidCache:
         pipe = self._redis.pipeline(transaction=False)
         self._fill_into(pipe, name, blobs, run, only_absent=False)
         pipe.eval(_PAGED_IN, 2, INDEX, EPOCH, name, now, run)
-        self._do(pipe.execute)
+        _do(pipe.execute)
 
     def fill(self, name: str, blobs: Mapping[int, bytes | memoryview], run: str) -> None:
         """Store clean cuboids a resident supercuboid lacks (copied from the base tier), unlogged
         as a page-in's and only in ``run``; a cuboid stored since (a write) is left as it is."""
         pipe = self._redis.pipeline(transaction=False)
         self._fill_into(pipe, name, blobs, run, only_absent=True)
-        self._do(pipe.execute)
+        _do(pipe.execute)
 
     def _fill_into(self, pipe: Any, name: str, blobs: Mapping[int, bytes | memoryview], run: str,
                    only_absent: bool) -> None:
@@ -495,30 +462,30 @@ class RedisCuboidCache:
 
     def absent(self, name: str, numbers: Sequence[int]) -> list[int]:
         """Which of ``numbers`` (cuboids, or META's -1) have no field in the supercuboid's hash."""
-        fields = {f.decode() for f in self._do(lambda: self._redis.hkeys(_hash(name)))}
+        fields = {f.decode() for f in _do(lambda: self._redis.hkeys(_hash(name)))}
         return [n for n in numbers if str(n) not in fields]
 
     def touch(self, names: Sequence[str], now: float) -> None:
         if names and self._cluster:
-            self._do(lambda: self._redis.zadd(INDEX, {n: now for n in names}, xx=True))
+            _do(lambda: self._redis.zadd(INDEX, {n: now for n in names}, xx=True))
         elif names:
-            self._do(lambda: self._redis.eval(_TOUCH, 1, INDEX, now, *names))
+            _do(lambda: self._redis.eval(_TOUCH, 1, INDEX, now, *names))
 
     def dirty_before(self, when: float, limit: int) -> list[str]:
-        names = self._do(lambda: self._redis.zrangebyscore(DIRTY, "-inf", when, start=0, num=limit))
+        names = _do(lambda: self._redis.zrangebyscore(DIRTY, "-inf", when, start=0, num=limit))
         return [n.decode() for n in names]
 
     def oldest_dirty(self) -> float | None:
-        first = self._do(lambda: self._redis.zrange(DIRTY, 0, 0, withscores=True))
+        first = _do(lambda: self._redis.zrange(DIRTY, 0, 0, withscores=True))
         return float(first[0][1]) if first else None
 
     def is_dirty(self, names: Sequence[str]) -> list[bool]:
         if not names:
             return []
-        return [s is not None for s in self._do(lambda: self._redis.zmscore(DIRTY, list(names)))]
+        return [s is not None for s in _do(lambda: self._redis.zmscore(DIRTY, list(names)))]
 
     def clear_dirty(self, name: str) -> None:
-        self._do(lambda: self._clean(keys=[DIRTY, SEQS], args=[name]))
+        _do(lambda: self._clean(keys=[DIRTY, SEQS], args=[name]))
 
     def evict(self, name: str) -> None:
         pipe = self._redis.pipeline(transaction=False)
@@ -527,40 +494,40 @@ class RedisCuboidCache:
         pipe.zrem(INDEX, name)
         pipe.zrem(DIRTY, name)
         pipe.hdel(SEQS, name)
-        self._do(pipe.execute)
+        _do(pipe.execute)
 
     def names_with_prefix(self, prefix: str) -> list[str]:
         """Resident or dirty supercuboids whose names start with ``prefix`` (bulk operations only)."""
         def scan(key: str) -> list[str]:
             return [n.decode() for n, _ in self._redis.zscan_iter(key, match=prefix + "*")]
 
-        return sorted(set(self._do(lambda: scan(INDEX) + scan(DIRTY))))
+        return sorted(set(_do(lambda: scan(INDEX) + scan(DIRTY))))
 
     def coldest(self, count: int) -> list[str]:
-        return [n.decode() for n in self._do(lambda: self._redis.zrange(INDEX, 0, count - 1))]
+        return [n.decode() for n in _do(lambda: self._redis.zrange(INDEX, 0, count - 1))]
 
     def used_memory(self) -> int:
         """Bytes Redis uses; on a Cluster, the most any one node uses (each evicts its own)."""
-        info = self._do(lambda: self._redis.info("memory"))
+        info = _do(lambda: self._redis.info("memory"))
         if "used_memory" in info:
             return int(info["used_memory"])
         return max(int(node["used_memory"]) for node in info.values())
 
     def count(self) -> tuple[int, int]:
         """(resident, dirty) supercuboid counts."""
-        return self._do(lambda: self._redis.zcard(INDEX)), self._do(lambda: self._redis.zcard(DIRTY))
+        return _do(lambda: self._redis.zcard(INDEX)), _do(lambda: self._redis.zcard(DIRTY))
 
     # -- what it holds unflushed, and what was lost (ndstore/engine/ledger.py) ----------------
     def held(self) -> Held:
-        epoch, seq, pairs = self._do(lambda: self._held(keys=[EPOCH, SEQ, SEQS]))
+        epoch, seq, pairs = _do(lambda: self._held(keys=[EPOCH, SEQ, SEQS]))
         return Held(epoch.decode() if epoch else None, int(seq or 0),
                     {pairs[i].decode(): int(pairs[i + 1]) for i in range(0, len(pairs), 2)})
 
     def start_epoch(self, epoch: str, seq: int) -> None:
-        self._do(lambda: self._start(keys=[EPOCH, SEQ], args=[epoch, seq]))
+        _do(lambda: self._start(keys=[EPOCH, SEQ], args=[epoch, seq]))
 
     def clear_epoch(self) -> None:
-        self._do(lambda: self._redis.delete(EPOCH))
+        _do(lambda: self._redis.delete(EPOCH))
 
     def loss_marks(self, names: Sequence[str]) -> tuple[str | None, dict[str, str], str | None]:
         pipe = self._redis.pipeline(transaction=False)
@@ -569,7 +536,7 @@ class RedisCuboidCache:
             pipe.hmget(LOST, list(names))
             pipe.get(BUFFERED_RUN)
             pipe.hmget(BUFFERED, list(names))
-        run, *rest = self._do(pipe.execute)
+        run, *rest = _do(pipe.execute)
         why, buffered_run, recorded = rest if rest else ([], None, [])
         lost = {n: w.decode() for n, w in zip(names, why) if w is not None}
         buffered: str | None = None
@@ -581,49 +548,109 @@ class RedisCuboidCache:
 
     def mark_lost(self, reasons: Mapping[str, str]) -> None:
         if reasons:
-            self._do(lambda: self._redis.hset(LOST, mapping=dict(reasons)))  # type: ignore[arg-type]
+            _do(lambda: self._redis.hset(LOST, mapping=dict(reasons)))  # type: ignore[arg-type]
 
     def lost(self) -> dict[str, str]:
-        raw: dict[bytes, bytes] = self._do(lambda: self._redis.hgetall(LOST))
+        raw: dict[bytes, bytes] = _do(lambda: self._redis.hgetall(LOST))
         return {k.decode(): v.decode() for k, v in raw.items()}
 
     def forget_lost(self, names: Sequence[str]) -> None:
         if names:
-            self._do(lambda: self._redis.hdel(LOST, *names))
+            _do(lambda: self._redis.hdel(LOST, *names))
 
     # -- the record of NDBlaze writes (ndstore/engine/ledger.py) --------------------------------
     def record_buffered(self, run: str, seqs: Mapping[str, int]) -> bool:
         args = [run, *(v for name, seq in seqs.items() for v in (name, seq))]
-        return bool(self._do(lambda: self._record(keys=[BUFFERED, BUFFERED_RUN], args=args)))
+        return bool(_do(lambda: self._record(keys=[BUFFERED, BUFFERED_RUN], args=args)))
 
     def forget_buffered(self, seqs: Mapping[str, int]) -> None:
         if seqs:
             args = [v for name, seq in seqs.items() for v in (name, seq)]
-            self._do(lambda: self._forget(keys=[BUFFERED], args=args))
+            _do(lambda: self._forget(keys=[BUFFERED], args=args))
 
     def sync_buffered(self, run: str, seq: int, held: Mapping[str, int]) -> None:
         args = [run, seq, *(v for name, s in held.items() for v in (name, s))]
-        self._do(lambda: self._sync(keys=[BUFFERED, BUFFERED_RUN], args=args))
+        _do(lambda: self._sync(keys=[BUFFERED, BUFFERED_RUN], args=args))
 
     def buffered(self) -> tuple[str | None, dict[str, int]]:
-        run, pairs = self._do(lambda: self._buffered(keys=[BUFFERED, BUFFERED_RUN]))
+        run, pairs = _do(lambda: self._buffered(keys=[BUFFERED, BUFFERED_RUN]))
         return run.decode() if run else None, {pairs[i].decode(): int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
 
     def drop_buffered(self) -> None:
-        self._do(lambda: self._redis.delete(BUFFERED, BUFFERED_RUN))
+        _do(lambda: self._redis.delete(BUFFERED, BUFFERED_RUN))
 
-    @staticmethod
-    def _do(fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except redis.ResponseError as exc:
-            reply = str(exc).rpartition("caused error: ")[2]  # a pipeline's error names its command first
-            if reply.startswith(UNVERIFIED):
-                raise RedisUnverified("the cache Redis has not been checked against its ledger since it started; "
-                                      "nothing is stored in it until it is (retry shortly)") from exc
-            if reply.startswith(STALE_RUN):
-                raise RedisUnverified("the cache Redis restarted without its data while a copy from the base tier "
-                                      "was on its way in; it was not stored (retry)") from exc
-            raise StorageError(f"cache tier unavailable: {exc}") from exc
-        except redis.RedisError as exc:
-            raise StorageError(f"cache tier unavailable: {exc}") from exc
+
+
+def _do(fn: Callable[[], Any]) -> Any:
+    """``fn()``, its Redis errors as the domain's."""
+    try:
+        return fn()
+    except redis.ResponseError as exc:
+        reply = str(exc).rpartition("caused error: ")[2]  # a pipeline's error names its command first
+        if reply.startswith(UNVERIFIED):
+            raise RedisUnverified("the cache Redis has not been checked against its ledger since it started; "
+                                  "nothing is stored in it until it is (retry shortly)") from exc
+        if reply.startswith(STALE_RUN):
+            raise RedisUnverified("the cache Redis restarted without its data while a copy from the base tier "
+                                  "was on its way in; it was not stored (retry)") from exc
+        raise StorageError(f"cache tier unavailable: {exc}") from exc
+    except redis.RedisError as exc:
+        raise StorageError(f"cache tier unavailable: {exc}") from exc
+
+
+class RedisLockFree:
+    """Lock-free reads and commits (LockFreeCommits) in the cache's Redis, which also keeps the
+    keys of ``locks``: each script checks, in the same atomic step, that no one holds the
+    supercuboids' locks (see _SNAPSHOT and _CHECK_COMMIT). Made by RedisCuboidCache, never on a
+    Cluster."""
+
+    def __init__(self, client: redis.Redis, locks: RedisRWLocks):
+        self._redis = client
+        self._keys = locks.keys
+
+    def read_unlocked(self, wanted: Mapping[str, Sequence[int]], now: float) -> dict[str, list[bytes | None]] | None:
+        """The given cuboids of each supercuboid as one atomic snapshot, taken without locks, in
+        one round trip; None (take the locked path) unless this Redis was checked, none of them
+        is marked lost or missing, and no writer holds one."""
+        seen = self.read_for_update(wanted, now)
+        return None if seen is None else {name: blobs for name, (blobs, _) in seen.items()}
+
+    def read_for_update(self, wanted: Mapping[str, Sequence[int]],
+                        now: float) -> dict[str, tuple[list[bytes | None], list[bytes | None]]] | None:
+        """`read_unlocked`, with each blob's stored digest: what `commit_unlocked` checks."""
+        if not wanted:
+            return None
+        names = list(wanted)
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.eval(_SNAPSHOT, 4 + len(names), EPOCH, LOST, INDEX, BUFFERED, *(self._keys(n)[1] for n in names), *names)
+        asked = [name for name in names if wanted[name]]
+        for name in asked:
+            pipe.hmget(_hash(name), _fields(wanted[name]))
+        pipe.eval(_TOUCH, 1, INDEX, now, *names)
+        ok, *replies, _ = _do(pipe.execute)
+        if not ok:
+            return None
+        got = dict(zip(asked, replies))
+        return {name: (_checked(name, numbers, got[name]), got[name][len(numbers):]) if numbers else ([], [])
+                for name, numbers in wanted.items()}
+
+    def commit_unlocked(self, blobs: Mapping[str, Mapping[int, bytes]], expected: Mapping[str, Mapping[int, bytes]],
+                        now: float) -> bool:
+        """Store each supercuboid's new cuboid blobs and mark it dirty, all of them or none, only
+        if no one holds its lock and the cuboids in ``expected`` still have those digests (see
+        _CHECK_COMMIT); one round trip. False: nothing was stored."""
+        check_keys: list[str] = [EPOCH, LOST, INDEX, REFUSED, BUFFERED]
+        check_args: list[Any] = []
+        finish_keys: list[str] = [INDEX, DIRTY, SEQ, SEQS, REFUSED]
+        for name in blobs:
+            check_keys += [_hash(name), *self._keys(name), _aside(name)]
+            digests = expected.get(name, {})
+            check_args += [name, len(digests), *(v for n, d in digests.items() for v in (digest_field(n), d))]
+            finish_keys += [_hash(name), _aside(name)]
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.eval(_CHECK_COMMIT, len(check_keys), *check_keys, *check_args)
+        for name, new in blobs.items():
+            for batch in _in_batches(new):  # inside the MULTI: still all or nothing
+                pipe.hset(_hash(name), items=batch)
+        pipe.eval(_FINISH_COMMIT, len(finish_keys), *finish_keys, now, *blobs)
+        return bool(_do(pipe.execute)[-1])

@@ -124,12 +124,12 @@ def _keys(name: str) -> list[str]:
     return [f"ndrw:{{{name}}}:{part}" for part in ("r", "w", "q", "qr", "claims", "n")]
 
 
-def lock_keys(name: str) -> tuple[str, str]:
-    """(readers, writer) of lock ``name``: the sorted set of its readers (empty or absent while
-    none holds it, though a dead reader's entry stays until a script prunes it) and the key that
-    exists exactly while a writer holds it. For scripts that must not run beside a holder."""
-    readers, writer = _keys(name)[:2]
-    return readers, writer
+def _server(client: redis.Redis) -> tuple[object, ...] | None:
+    """Where a client connects: (host, port, unix socket, database); None for a Cluster."""
+    if isinstance(client, redis.RedisCluster):
+        return None
+    kwargs = client.connection_pool.connection_kwargs
+    return kwargs.get("host"), kwargs.get("port"), kwargs.get("path"), kwargs.get("db", 0)
 
 
 class _Waker:
@@ -188,6 +188,19 @@ class RedisRWLocks:
         return self.mixed(writes=names, timeout_s=timeout_s)
 
     hold = write
+
+    @staticmethod
+    def keys(name: str) -> tuple[str, str]:
+        """(readers, writer) of lock ``name``: the sorted set of its readers (empty or absent while
+        none holds it, though a dead reader's entry stays until a script prunes it) and the key that
+        exists exactly while a writer holds it. For scripts of an adapter in the same Redis that
+        must not run beside a holder (the cache's lock-free commits)."""
+        readers, writer = _keys(name)[:2]
+        return readers, writer
+
+    def same_redis(self, client: redis.Redis) -> bool:
+        """Whether ``client`` talks to the Redis (one server, one database) that keeps these locks."""
+        return _server(client) is not None and _server(client) == _server(self._redis)
 
     @contextmanager
     def mixed(self, reads: Sequence[str] = (), writes: Sequence[str] = (),

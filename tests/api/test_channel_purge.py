@@ -75,7 +75,7 @@ def write_everywhere(admin: APIClient, ds: Dataset, ch: str) -> dict[str, np.nda
     block = np.full((1, 8, 16, 16), 7, np.uint8).tobytes()
     assert admin.post(ds.cutout(ch, 2, (0, 16), (0, 16), (0, 8), t=(1, 2)), block,
                       content_type=OCTET).status_code == 201
-    assert services().cache_tier.flush_all() >= 1
+    assert services().cache_tier.upkeep.flush_all() >= 1
     assert admin.post(ds.cutout(ch, 3, (0, 16), (0, 16), (0, 8), t=(2, 3)), block,
                       content_type=OCTET).status_code == 201
     blaze = ds.cutout(ch, 1, (0, 16), (0, 16), (0, 8), t=(3, 4)).replace("/v1/cutout/", "/v1/blaze/cutout/")

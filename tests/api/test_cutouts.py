@@ -152,4 +152,4 @@ def test_cache_and_direct_paths_stay_coherent(admin: Any, dataset: Dataset) -> N
     assert decode(admin.get(small + "?access-mode=raw"), (1, 10, 10), "uint8").max() == 9
     assert decode(admin.get(small + "?access-mode=no_cache"), (1, 10, 10), "uint8").max() == 5
     assert decode(admin.get(small + "?access-mode=raw"), (1, 10, 10), "uint8").max() == 5
-    assert wiring.services().cache_tier.occupancy()[1] == 0
+    assert wiring.services().cache_tier.upkeep.occupancy()[1] == 0

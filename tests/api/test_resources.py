@@ -99,7 +99,7 @@ def test_deleting_a_channel_deletes_its_data(admin: Any) -> None:
     key = volume.volume_key(0, 0)
     index = wiring.services().index
     assert index.mortons(key) == []  # still only in the cache tier
-    assert wiring.services().cache_tier.flush_all() == 4
+    assert wiring.services().cache_tier.upkeep.flush_all() == 4
     assert len(index.mortons(key)) == 4
     assert admin.delete("/v1/collection/gone/experiment/e1/channel/img8/").status_code == 204
     assert index.mortons(key) == []
@@ -107,7 +107,7 @@ def test_deleting_a_channel_deletes_its_data(admin: Any) -> None:
     config = wiring.services().config
     store = wiring.OBJECT_STORES[config.object_store](config)  # the base tier's store, on its own
     assert all(blob is None for _, blob in store.get_many(objects))
-    assert wiring.services().cache_tier.occupancy() == (0, 0)
+    assert wiring.services().cache_tier.upkeep.occupancy() == (0, 0)
     for path in ("/v1/collection/gone/experiment/e1/", "/v1/collection/gone/", "/v1/coord/gone_frame/"):
         assert admin.delete(path).status_code == 204
     assert admin.get("/v1/collection/gone/").status_code == 404

@@ -16,7 +16,7 @@ from blaze.tier import BlazeTier, buffer_ledger
 from ndstore import wiring
 from ndstore.config import Config
 from ndstore.engine.base_tier import BaseTier
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.direct import CoherentDirect
 from ndstore.storage import redis_client
 from ndstore.storage.blaze_buffer import RedisBlazeBuffer, RedisMergeRequests, RedisMergerPresence
@@ -39,7 +39,7 @@ def make_blaze(root: Path, redis_url: str, blaze_url: str, max_pending_bytes: in
     cache_tier = make_cache_tier(root, redis_url)
     client = redis_client.connect(blaze_url)
     buffer = RedisBlazeBuffer(client, max_pending_bytes)
-    ledger = buffer_ledger(buffer, cache_tier)
+    ledger = buffer_ledger(buffer, cache_tier.loss)
     ledger.verify()  # as the service's start does
     return Blaze(buffer, BlazeTier(buffer, CoherentDirect(cache_tier), ledger), Merger(buffer, cache_tier), cache_tier,
                  cache_tier._base, RedisMergeRequests(client), RedisMergerPresence(client))

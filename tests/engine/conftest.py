@@ -1,9 +1,11 @@
 """Engine fixtures: a cache tier on the session's real redis-server (emptied per test) over a
-file-store base tier in the test's own directory."""
+file-store base tier in the test's own directory, and the same on the in-memory cuboid cache
+(ndstore/testing/memory_cache.py) with in-process locks, for tests of the engine's own logic."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -11,28 +13,46 @@ import pytest
 import redis
 
 from ndstore.core.geometry import Box
+from ndstore.core.observe import NULL, Observer
 from ndstore.engine.base_tier import BaseTier
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.direct import CoherentDirect
 from ndstore.engine.volume import ChannelVolume
 from ndstore.storage import redis_client
 from ndstore.storage.filestore import FileObjectStore
+from ndstore.storage.interfaces import CuboidCache, RWLocks
+from ndstore.storage.locks import LocalLocks
 from ndstore.storage.redis_cache import RedisCuboidCache
-from ndstore.storage.rwlock import RedisRWLocks, lock_keys
+from ndstore.storage.rwlock import RedisRWLocks
 from ndstore.storage.sqlite_index import SqliteSupercuboidIndex
+from ndstore.testing.memory_cache import MemoryCuboidCache
+
+Clock = Callable[[], float]
 
 
-def make_cache_tier(root: Path, redis_url: str, lock_free: bool = True) -> CacheTier:
+def make_cache_tier(root: Path, redis_url: str, lock_free: bool = True, observer: Observer = NULL,
+                    clock: Clock = time.time) -> CacheTier:
     """`lock_free`: small requests skip the locks (the service's wiring, whose locks live in the
     cache's Redis); False: every request takes them."""
+    locks = RedisRWLocks(redis_client.connect(redis_url), timeout_s=30)
+    cache = RedisCuboidCache(redis_client.connect(redis_url), locks if lock_free else None)
+    return _tier(root, cache, locks, observer, clock)
+
+
+def make_memory_tier(root: Path, lock_free: bool = True, observer: Observer = NULL,
+                     clock: Clock = time.time) -> CacheTier:
+    """The cache tier on the in-memory cuboid cache and in-process locks (a tier of its own:
+    nothing else shares its cache)."""
+    locks = LocalLocks(timeout_s=30)
+    return _tier(root, MemoryCuboidCache(locks if lock_free else None), locks, observer, clock)
+
+
+def _tier(root: Path, cache: CuboidCache, locks: RWLocks, observer: Observer, clock: Clock) -> CacheTier:
     objects, index = FileObjectStore(root / "objects", fsync=False), SqliteSupercuboidIndex(root / "index.db")
     objects.ensure_ready()
     index.ensure_ready()
-    locks = RedisRWLocks(redis_client.connect(redis_url), timeout_s=30)
-    base = BaseTier(objects, index, locks)
-    tier = CacheTier(RedisCuboidCache(redis_client.connect(redis_url)), base, locks,
-                     lock_keys=lock_keys if lock_free else None)
-    tier.verify()  # as the service's start does: the Redis checked against its ledger, its run marked
+    tier = CacheTier(cache, BaseTier(objects, index, locks), locks, observer=observer, clock=clock)
+    tier.loss.verify()  # as the service's start does: the cache checked against its ledger, its run marked
     return tier
 
 
@@ -41,6 +61,27 @@ def cache_tier(tmp_path: Path, redis_url: str) -> Iterator[CacheTier]:
     """Its page-ins that outlive their reads are stored before the next test empties the Redis."""
     redis.Redis.from_url(redis_url).flushdb()
     tier = make_cache_tier(tmp_path, redis_url)
+    yield tier
+    tier.settle()
+
+
+@pytest.fixture
+def memory_tier(tmp_path: Path) -> Iterator[CacheTier]:
+    """A cache tier on the in-memory cuboid cache: for what the engine itself does."""
+    tier = make_memory_tier(tmp_path)
+    yield tier
+    tier.settle()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def any_cache_tier(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CacheTier]:
+    """The cache tier on each cuboid cache."""
+    if request.param == "redis":
+        redis_url = request.getfixturevalue("redis_url")
+        redis.Redis.from_url(redis_url).flushdb()
+        tier = make_cache_tier(tmp_path, redis_url)
+    else:
+        tier = make_memory_tier(tmp_path)
     yield tier
     tier.settle()
 

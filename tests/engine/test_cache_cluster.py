@@ -1,20 +1,18 @@
 """The cache tier and its locks on a three-node Redis Cluster: hash tags keep each supercuboid's
-keys on one node, and everything behaves as on one node."""
+keys on one node, and everything behaves as on one node. (The cuboid cache's and the locks'
+contract suites run on a Cluster too: tests/contracts.)"""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
 
 from ndstore.core.geometry import Box
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.daemons import CacheManager
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.direct import CoherentDirect
 from ndstore.engine.volume import make_cutout
-from ndstore.engine.writeback import CacheManager
-from ndstore.storage import redis_client
-from ndstore.storage.rwlock import RedisRWLocks
 from tests.engine.conftest import make_cache_tier, small_channel
 
 CHANNEL = small_channel("uint16", cid=31)
@@ -35,24 +33,6 @@ def test_cache_tier_on_redis_cluster(tmp_path: Path, redis_cluster_url: str) -> 
     whole = make_cutout(CHANNEL, 0, extent, range(1), 1 << 32)
     np.testing.assert_array_equal(tier.read(whole)[0], reference)
     assert tier._cache.used_memory() > 0
-    CacheManager(tier, high_bytes=0, low_bytes=0).run_once()  # evict (and write back) everything
+    CacheManager(tier.upkeep, high_bytes=0, low_bytes=0).run_once()  # evict (and write back) everything
     assert tier._cache.count() == (0, 0)
     np.testing.assert_array_equal(tier._base.read(whole)[0], reference)
-
-
-def test_rwlock_on_redis_cluster(redis_cluster_url: str) -> None:
-    client = redis_client.connect(redis_cluster_url)
-    client.set("cluster-counter", 0)
-
-    def work() -> None:
-        locks = RedisRWLocks(redis_client.connect(redis_cluster_url), timeout_s=30)
-        for _ in range(20):
-            with locks.write(["shared"]):
-                client.set("cluster-counter", int(client.get("cluster-counter")) + 1)
-
-    threads = [threading.Thread(target=work) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert int(client.get("cluster-counter")) == 60

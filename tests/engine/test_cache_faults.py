@@ -54,7 +54,7 @@ def test_concurrent_processes_never_see_torn_boxes(tmp_path: Path, redis_url: st
     tier = make_cache_tier(tmp_path, redis_url)
     final = np.unique(tier.read(cut(SHARED)))  # type: ignore[arg-type]
     assert len(final) == 1 and int(final[0]) % 1000 == ROUNDS  # some writer's last write won, whole
-    tier.flush_all()
+    tier.upkeep.flush_all()
     np.testing.assert_array_equal(tier._base.read(cut(SHARED)), tier.read(cut(SHARED)))  # type: ignore[arg-type]
 
 
@@ -86,7 +86,7 @@ def test_acknowledged_writes_survive_redis_sigkill(tmp_path: Path, appendfsync: 
         tier = make_cache_tier(tmp_path, url)
         assert tier._cache.count()[1] > 0  # the dirty data came back from the AOF, not from the base tier
         np.testing.assert_array_equal(tier.read(cut(extent))[0], reference)  # type: ignore[arg-type]
-        tier.flush_all()
+        tier.upkeep.flush_all()
     finally:
         proc.kill()
         proc.wait()

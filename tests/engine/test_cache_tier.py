@@ -1,5 +1,7 @@
-"""The cache tier on a real redis-server: a stateful model of cache + base tier checked
-against a numpy array, coherence with direct I/O, eviction, write-back and write-through."""
+"""The cache tier's own logic: a stateful model of cache + base tier checked against a numpy
+array (on the in-memory cuboid cache and on a real redis-server), coherence with direct I/O,
+eviction, write-back and write-through (on each cuboid cache, or where the Redis run adds nothing
+the cuboid cache's contract suite does not check, on the in-memory one: tests/contracts)."""
 
 from __future__ import annotations
 
@@ -7,17 +9,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import redis
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from ndstore.core.geometry import Box
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.daemons import CacheManager, Flusher
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.direct import CoherentDirect
 from ndstore.engine.volume import make_cutout
-from ndstore.engine.writeback import CacheManager, Flusher
-from tests.engine.conftest import make_cache_tier, small_channel
+from tests.engine.conftest import make_cache_tier, make_memory_tier, small_channel
 
 LIMIT = 1 << 32
 CHANNEL = small_channel("uint16")
@@ -39,14 +42,17 @@ class CacheModel(RuleBasedStateMachine):
     """Any interleaving of cached and direct reads and writes, write-backs and evictions reads
     exactly what a plain numpy array holds."""
 
-    redis_url = ""
+    redis_url = ""  # "": on the in-memory cuboid cache
     root = Path()
 
     @initialize()
     def setup(self) -> None:
-        redis.Redis.from_url(self.redis_url).flushdb()
         run = self.root / f"run-{np.random.default_rng().integers(1 << 40)}"
-        self.tier: CacheTier = make_cache_tier(run, self.redis_url)
+        if self.redis_url:
+            redis.Redis.from_url(self.redis_url).flushdb()
+            self.tier: CacheTier = make_cache_tier(run, self.redis_url)
+        else:
+            self.tier = make_memory_tier(run)
         self.direct = CoherentDirect(self.tier)
         self.reference = np.zeros(EXTENT.shape_zyx, np.uint16)
         self.seed = 0
@@ -70,13 +76,13 @@ class CacheModel(RuleBasedStateMachine):
 
     @rule()
     def flush(self) -> None:
-        self.tier.flush_all()
+        self.tier.upkeep.flush_all()
         whole = self.tier._base.read(cut(EXTENT))[0]  # the base tier alone now holds everything
         np.testing.assert_array_equal(whole, self.reference)
 
     @rule()
     def evict_everything(self) -> None:
-        CacheManager(self.tier, high_bytes=0, low_bytes=0).run_once()
+        CacheManager(self.tier.upkeep, high_bytes=0, low_bytes=0).run_once()
         assert self.tier._cache.count() == (0, 0)
 
     @invariant()
@@ -86,10 +92,12 @@ class CacheModel(RuleBasedStateMachine):
             assert dirty <= resident
 
 
-def test_cache_model(redis_url: str, tmp_path: Path) -> None:
-    CacheModel.redis_url, CacheModel.root = redis_url, tmp_path
-    runner = CacheModel.TestCase()
-    runner.settings = settings(max_examples=12, stateful_step_count=12, deadline=None)
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_cache_model(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> None:
+    CacheModel.redis_url = request.getfixturevalue("redis_url") if kind == "redis" else ""
+    CacheModel.root = tmp_path
+    runner = CacheModel.TestCase()  # on Redis, fewer runs: its adapter's contract is tests/contracts
+    runner.settings = settings(max_examples=8 if kind == "memory" else 4, stateful_step_count=12, deadline=None)
     runner.runTest()
 
 
@@ -106,7 +114,8 @@ def count_base_gets(tier: CacheTier) -> list[str]:
     return fetched
 
 
-def test_concurrent_misses_fetch_once(cache_tier: CacheTier) -> None:
+def test_concurrent_misses_fetch_once(any_cache_tier: CacheTier) -> None:
+    cache_tier = any_cache_tier
     import threading
 
     box = Box((0, 0, 0), EXTENT.hi)
@@ -120,7 +129,8 @@ def test_concurrent_misses_fetch_once(cache_tier: CacheTier) -> None:
     assert sorted(fetched) == sorted(set(fetched)) and len(fetched) == 8
 
 
-def test_a_write_that_replaces_a_supercuboid_whole_reads_nothing_of_the_old_one(cache_tier: CacheTier) -> None:
+def test_a_write_that_replaces_a_supercuboid_whole_reads_nothing_of_the_old_one(any_cache_tier: CacheTier) -> None:
+    cache_tier = any_cache_tier
     """No page-in for a supercuboid the write covers whole; one it covers in part has its partly
     covered cuboids read from the base tier (one GET), and both read back exactly, from the cache
     and, once written back, from the base tier."""
@@ -139,11 +149,12 @@ def test_a_write_that_replaces_a_supercuboid_whole_reads_nothing_of_the_old_one(
     expected[0, :sc[2], :sc[1], :sc[0]] = data[0]
     expected[0, :5, :5, sc[0]:sc[0] + 5] = 1
     np.testing.assert_array_equal(cache_tier.read(cut(Box((0, 0, 0), EXTENT.hi))), expected)
-    cache_tier.flush_all()
+    cache_tier.upkeep.flush_all()
     np.testing.assert_array_equal(cache_tier.read_raw(cut(Box((0, 0, 0), EXTENT.hi))), expected)
 
 
-def test_a_write_to_a_supercuboid_not_resident_stores_the_cuboids_it_touches_first(cache_tier: CacheTier) -> None:
+def test_a_write_to_a_supercuboid_not_resident_stores_the_cuboids_it_touches_first(memory_tier: CacheTier) -> None:
+    cache_tier = memory_tier
     """A write into a supercuboid not in the cache is not held up by a page-in: cuboids it covers
     whole need nothing from the base tier, and the rest of the supercuboid stays absent (clean:
     the base tier holds it) until something needs it and restores it; a write that merges into
@@ -188,11 +199,12 @@ def test_a_write_to_a_supercuboid_not_resident_stores_the_cuboids_it_touches_fir
     whole = Box((0, 0, 0), EXTENT.hi)
     np.testing.assert_array_equal(cache_tier.read(cut(whole)), expected)
     assert cache_tier._cache.absent(name, range(per_super)) == []
-    cache_tier.flush_all()
+    cache_tier.upkeep.flush_all()
     np.testing.assert_array_equal(cache_tier.read_raw(cut(whole)), expected)
 
 
-def test_all_zero_supercuboids_are_cached_as_known_zero(cache_tier: CacheTier) -> None:
+def test_all_zero_supercuboids_are_cached_as_known_zero(any_cache_tier: CacheTier) -> None:
+    cache_tier = any_cache_tier
     got = cache_tier.read(cut(Box((0, 0, 0), (10, 10, 2))))
     assert not got.any()
     cache_tier.settle()  # its page-in is stored after the answer
@@ -200,12 +212,12 @@ def test_all_zero_supercuboids_are_cached_as_known_zero(cache_tier: CacheTier) -
     assert blobs == [b""] * 64
 
 
-def test_flusher_writes_back_after_the_age_threshold(cache_tier: CacheTier) -> None:
+def test_flusher_writes_back_after_the_age_threshold(tmp_path: Path) -> None:
     now = [1000.0]
-    cache_tier._clock = lambda: now[0]
+    cache_tier = make_memory_tier(tmp_path, clock=lambda: now[0])
     box = Box((5, 5, 1), (300, 40, 3))
     cache_tier.write(cut(box), np.full((1, *box.shape_zyx), 7, np.uint16))
-    flusher = Flusher(cache_tier, age_s=5)
+    flusher = Flusher(cache_tier.upkeep, age_s=5)
     assert flusher.run_once() == 0  # too young
     assert cache_tier._base.index.mortons(CHANNEL.volume_key(0, 0)) == []
     now[0] += 6
@@ -214,7 +226,8 @@ def test_flusher_writes_back_after_the_age_threshold(cache_tier: CacheTier) -> N
     assert cache_tier._cache.count() == (1, 0)
 
 
-def test_write_through_channel_reaches_the_base_tier_before_returning(cache_tier: CacheTier) -> None:
+def test_write_through_channel_reaches_the_base_tier_before_returning(any_cache_tier: CacheTier) -> None:
+    cache_tier = any_cache_tier
     chan = small_channel("uint8", write_through=True, cid=9)
     box = Box((0, 0, 0), (20, 20, 2))
     cache_tier.write(make_cutout(chan, 0, box, range(1), LIMIT), np.full((1, 2, 20, 20), 3, np.uint8))
@@ -222,14 +235,15 @@ def test_write_through_channel_reaches_the_base_tier_before_returning(cache_tier
     assert cache_tier._base.read(make_cutout(chan, 0, box, range(1), LIMIT)).min() == 3
 
 
-def test_eviction_under_a_memory_cap_loses_no_dirty_data(cache_tier: CacheTier) -> None:
+def test_eviction_under_a_memory_cap_loses_no_dirty_data(memory_tier: CacheTier) -> None:
+    cache_tier = memory_tier
     chan = small_channel("uint8", cid=11)
     rng = np.random.default_rng(0)
     extent = chan.extent(0)
     data = rng.integers(0, 255, extent.shape_zyx, dtype=np.uint8)
     cache_tier.write(make_cutout(chan, 0, extent, range(1), LIMIT), data[np.newaxis])
     used = cache_tier._cache.used_memory()
-    manager = CacheManager(cache_tier, high_bytes=used // 2, low_bytes=used // 3)
+    manager = CacheManager(cache_tier.upkeep, high_bytes=used // 2, low_bytes=used // 3)
     assert manager.run_once() > 0
     resident, dirty = cache_tier._cache.count()
     assert resident < 8 and cache_tier._cache.used_memory() <= used // 2

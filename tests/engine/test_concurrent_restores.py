@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ndstore.core.geometry import Box
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.direct import CoherentDirect, RawReads
 from ndstore.ops.localstack import free_port, start_redis
 from tests.engine.conftest import make_cache_tier
@@ -91,10 +91,10 @@ def test_concurrent_restores_of_one_supercuboid_never_fail_a_read(tmp_path: Path
 
         assert not failures, f"{len(failures)} of {done} reads, writes and flushes failed: " + \
             "; ".join(f"{mode}: {exc!r}" for mode, exc in failures[:6])
-        tier.flush_all()
+        tier.upkeep.flush_all()
         reference[FAR.slices_zyx()] = ROUNDS
         np.testing.assert_array_equal(RawReads(tier).read(cut(extent))[0], reference)  # type: ignore[arg-type]
-        assert tier.lost() == {}
+        assert tier.loss.lost() == {}
     finally:
         proc.kill()
         proc.wait()

@@ -1,7 +1,9 @@
 """Small reads and writes go without locks: a read is one atomic snapshot, a write commits only if
 nothing it read changed (CacheTier, RedisCuboidCache.read_unlocked, read_for_update, commit_unlocked)
 and fall back to the locked read whenever it would not be safe: a writer holds the lock, the
-supercuboid is not resident, is marked lost, is damaged, or the Redis is not checked."""
+supercuboid is not resident, is marked lost, is damaged, or the Redis is not checked. On the Redis
+cache (round trips, the Redis left as it was by a refused commit, other processes' locks) and, for
+what the engine itself decides, on the in-memory cache with its lock-free commits too."""
 
 from __future__ import annotations
 
@@ -17,12 +19,14 @@ import redis
 from ndstore.core.chunks import compress_cuboid, cuboid_boxes
 from ndstore.core.errors import DataLost, RedisUnverified
 from ndstore.core.geometry import Box
-from ndstore.engine import cache_tier as cache_tier_module
-from ndstore.engine.cache_tier import LOCK_FREE_MERGE_CUBOIDS, LOCK_FREE_WRITE_BYTES, SNAPSHOT_CUBOIDS, CacheTier
+from ndstore.engine.cache import parts
+from ndstore.engine.cache.lock_free import LOCK_FREE_MERGE_CUBOIDS, LOCK_FREE_WRITE_BYTES, SNAPSHOT_CUBOIDS
+from ndstore.engine.cache.parts import touching
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.volume import make_cutout
 from ndstore.storage import redis_client
 from ndstore.storage.redis_cache import EPOCH, RedisCuboidCache
-from ndstore.storage.rwlock import RedisRWLocks, lock_keys
+from ndstore.storage.rwlock import RedisRWLocks
 from tests.engine.conftest import make_cache_tier, small_channel
 from tests.round_trips import RoundTrips
 
@@ -82,7 +86,8 @@ def test_a_small_read_waits_for_a_writer_that_holds_its_lock(cache_tier: CacheTi
     np.testing.assert_array_equal(result[0][0], new[SMALL.slices_zyx()])
 
 
-def test_a_small_read_sees_a_write_that_finished_before_it(cache_tier: CacheTier) -> None:
+def test_a_small_read_sees_a_write_that_finished_before_it(any_cache_tier: CacheTier) -> None:
+    cache_tier = any_cache_tier
     cache_tier.write(cut(WHOLE), values(WHOLE, 4))
     for seed in range(5, 10):
         cache_tier.write(cut(SMALL), values(SMALL, seed))
@@ -92,7 +97,7 @@ def test_a_small_read_sees_a_write_that_finished_before_it(cache_tier: CacheTier
 def test_a_damaged_cuboid_met_by_a_small_read_is_paged_in_again(cache_tier: CacheTier, redis_url: str) -> None:
     data = values(WHOLE, 11)
     cache_tier.write(cut(WHOLE), data)
-    cache_tier.flush_all()  # clean: the base tier holds it, the cached copy may be dropped
+    cache_tier.upkeep.flush_all()  # clean: the base tier holds it, the cached copy may be dropped
     (name,) = cut(SMALL).plan().names
     client = redis.Redis.from_url(redis_url)
     blob = bytearray(client.hget(f"ndc:{{{name}}}", "0") or b"")
@@ -101,10 +106,11 @@ def test_a_damaged_cuboid_met_by_a_small_read_is_paged_in_again(cache_tier: Cach
     np.testing.assert_array_equal(cache_tier.read(cut(SMALL)), data[0][SMALL.slices_zyx()][None])
 
 
-def test_a_small_read_of_a_lost_supercuboid_is_refused(cache_tier: CacheTier, redis_url: str) -> None:
+def test_a_small_read_of_a_lost_supercuboid_is_refused(any_cache_tier: CacheTier) -> None:
+    cache_tier = any_cache_tier
     cache_tier.write(cut(WHOLE), values(WHOLE, 12))
     (name,) = cut(SMALL).plan().names
-    RedisCuboidCache(redis_client.connect(redis_url)).mark_lost({name: "test: gone"})
+    cache_tier._cache.mark_lost({name: "test: gone"})  # as another process finds it
     with pytest.raises(DataLost) as refused:
         cache_tier.read(cut(SMALL))
     assert refused.value.names == [name]
@@ -113,21 +119,22 @@ def test_a_small_read_of_a_lost_supercuboid_is_refused(cache_tier: CacheTier, re
 def test_a_small_read_in_an_unchecked_redis_checks_it_first(cache_tier: CacheTier, redis_url: str) -> None:
     data = values(WHOLE, 13)
     cache_tier.write(cut(WHOLE), data)
-    cache_tier.flush_all()
+    cache_tier.upkeep.flush_all()
     client = redis.Redis.from_url(redis_url)
     client.delete(EPOCH)  # as a Redis that restarted: its holdings unchecked
-    cache_before = cache_tier.verify
+    cache_before = cache_tier.loss.verify
     checked: list[bool] = []
-    cache_tier.verify = lambda: checked.append(True) or cache_before()  # type: ignore[method-assign]
+    cache_tier.loss.verify = lambda: checked.append(True) or cache_before()  # type: ignore[method-assign]
     got = cache_tier.read(cut(SMALL))
     assert checked and client.exists(EPOCH)
     np.testing.assert_array_equal(got, data[0][SMALL.slices_zyx()][None])
 
 
-def test_a_small_read_of_a_missing_supercuboid_pages_it_in(cache_tier: CacheTier) -> None:
+def test_a_small_read_of_a_missing_supercuboid_pages_it_in(any_cache_tier: CacheTier) -> None:
+    cache_tier = any_cache_tier
     data = values(WHOLE, 14)
     cache_tier.write(cut(WHOLE), data)
-    cache_tier.flush_all()
+    cache_tier.upkeep.flush_all()
     (name,) = cut(SMALL).plan().names
     with cache_tier.exclusive([name]):  # written back and dropped
         pass
@@ -144,7 +151,7 @@ def test_a_small_resident_write_is_two_round_trips(cache_tier: CacheTier, monkey
     assert sent == 2  # the snapshot of the partly covered cuboids, the conditional commit
     data[0][SMALL.slices_zyx()] = values(SMALL, 23)[0]
     np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
-    assert cache_tier.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
+    assert cache_tier.upkeep.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
 
 
 def test_a_write_of_up_to_16_partly_covered_cuboids_is_two_round_trips(cache_tier: CacheTier,
@@ -158,38 +165,38 @@ def test_a_write_of_up_to_16_partly_covered_cuboids_is_two_round_trips(cache_tie
     seventeen_plus = Box((30, 30, 8), (30 + 3 * CUBOID[0] + 10, 30 + 2 * CUBOID[1] + 10, 8 + CUBOID[2]))  # 4 x 3 x 2
     trips = RoundTrips(monkeypatch)
     for box, seed, lock_free in ((sixteen, 36, True), (seventeen_plus, 37, False)):
-        assert sum(len(cache_tier._touching(p.part, GRID)) for p in cut(box).plan().parts) == (16 if lock_free else 24)
+        assert sum(len(touching(p.part, GRID)) for p in cut(box).plan().parts) == (16 if lock_free else 24)
         sent, _ = trips.during(lambda b=box, s=seed: cache_tier.write(cut(b), values(b, s)))
         assert (sent == 2) == lock_free, sent
         data[0][box.slices_zyx()] = values(box, seed)[0]
     np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
-    assert cache_tier.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
+    assert cache_tier.upkeep.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
 
 
 def test_a_stroke_is_merged_in_the_request_thread_and_a_larger_write_on_the_codec_pool(
-        cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
+        any_cache_tier: CacheTier, monkeypatch: pytest.MonkeyPatch) -> None:
     """Merges of up to SERIAL_MERGE_CUBOIDS partly covered cuboids (the most a 64x64x8 stroke
     touches) run in the caller's thread: the pool's hand-offs cost more CPU than they save
     (docs/design/serving.md, "Work in the request's thread"); more go to the codec pool. Either
     way every voxel lands."""
+    cache_tier = any_cache_tier
     data = values(WHOLE, 51)
     cache_tier.write(cut(WHOLE), data)
     stroke = Box((CUBOID[0] - 30, CUBOID[1] - 30, CUBOID[2] - 4), (CUBOID[0] + 34, CUBOID[1] + 34, CUBOID[2] + 4))
     sixteen = Box((30, 30, 8), (30 + 3 * CUBOID[0] + 10, 30 + CUBOID[1] + 10, 8 + CUBOID[2]))  # 4 x 2 x 2
     threads: list[int] = []
-    real_compress = cache_tier_module.compress_cuboid
-    monkeypatch.setattr(cache_tier_module, "compress_cuboid",
-                        lambda c: threads.append(threading.get_ident()) or real_compress(c))
+    real_compress = parts.compress_cuboid
+    monkeypatch.setattr(parts, "compress_cuboid", lambda c: threads.append(threading.get_ident()) or real_compress(c))
     for box, seed, in_caller in ((stroke, 52, True), (sixteen, 53, False)):
-        touched = sum(len(cache_tier._touching(p.part, GRID)) for p in cut(box).plan().parts)
-        assert (touched <= cache_tier_module.SERIAL_MERGE_CUBOIDS) == in_caller, touched
+        touched = sum(len(touching(p.part, GRID)) for p in cut(box).plan().parts)
+        assert (touched <= parts.SERIAL_MERGE_CUBOIDS) == in_caller, touched
         threads.clear()
         cache_tier.write(cut(box), values(box, seed))
         assert len(threads) == touched
         assert (set(threads) == {threading.get_ident()}) == in_caller, threads
         data[0][box.slices_zyx()] = values(box, seed)[0]
     np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
-    assert cache_tier.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
+    assert cache_tier.upkeep.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
 
 
 def test_a_supercuboid_of_labels_goes_without_locks_and_of_noise_with_each_cuboid_compressed_once(
@@ -200,13 +207,13 @@ def test_a_supercuboid_of_labels_goes_without_locks_and_of_noise_with_each_cuboi
     data = values(WHOLE, 41)
     cache_tier.write(cut(WHOLE), data)
     half = Box((0, 0, 0), (SC[0], SC[1], SC[2] // 2))  # 4 x 4 x 2 whole cuboids
-    assert len(cut(half).plan().parts) == 1 and len(cache_tier._touching(cut(half).plan().parts[0].part, GRID)) == 32
+    assert len(cut(half).plan().parts) == 1 and len(touching(cut(half).plan().parts[0].part, GRID)) == 32
     assert 32 > LOCK_FREE_MERGE_CUBOIDS and 32 * CUBOID[0] * CUBOID[1] * CUBOID[2] > LOCK_FREE_WRITE_BYTES
     labels = np.zeros((1, *half.shape_zyx), np.uint8)
     labels[0, :, 100:300, 50:400] = 7
     compressed: list[int] = []
-    real_compress = cache_tier_module.compress_cuboid
-    monkeypatch.setattr(cache_tier_module, "compress_cuboid", lambda c: compressed.append(1) or real_compress(c))
+    real_compress = parts.compress_cuboid
+    monkeypatch.setattr(parts, "compress_cuboid", lambda c: compressed.append(1) or real_compress(c))
     trips = RoundTrips(monkeypatch)
     for written, lock_free in ((labels, True), (values(half, 42), False)):
         compressed.clear()
@@ -215,7 +222,7 @@ def test_a_supercuboid_of_labels_goes_without_locks_and_of_noise_with_each_cuboi
         assert len(compressed) == 32
         data[0][half.slices_zyx()] = written[0]
         np.testing.assert_array_equal(cache_tier.read(cut(WHOLE)), data)
-    assert cache_tier.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
+    assert cache_tier.upkeep.flush_all() and np.array_equal(cache_tier._base.read(cut(WHOLE)), data)
 
 
 @pytest.mark.parametrize("held", ["read", "write"])
@@ -247,9 +254,9 @@ def test_a_small_write_raced_by_another_write_into_its_cuboids_loses_neither(
     other = make_cache_tier(tmp_path, redis_url, lock_free=False)
     beside = Box((SMALL.hi[0], SMALL.lo[1], SMALL.lo[2]), (SMALL.hi[0] + 4, SMALL.hi[1], SMALL.hi[2]))  # same cuboid
     assert cut(beside).plan().names == cut(SMALL).plan().names
-    snapshot = cache_tier._cache.read_for_update
+    snapshot = cache_tier._lock_free.commits.read_for_update
     refused: list[bool] = []
-    commit = cache_tier._cache.commit_unlocked
+    commit = cache_tier._lock_free.commits.commit_unlocked
 
     def raced(*args: Any, **kwargs: Any) -> Any:
         seen = snapshot(*args, **kwargs)
@@ -262,8 +269,8 @@ def test_a_small_write_raced_by_another_write_into_its_cuboids_loses_neither(
         refused.append(not applied)
         return applied
 
-    monkeypatch.setattr(cache_tier._cache, "read_for_update", raced)
-    monkeypatch.setattr(cache_tier._cache, "commit_unlocked", counted)
+    monkeypatch.setattr(cache_tier._lock_free.commits, "read_for_update", raced)
+    monkeypatch.setattr(cache_tier._lock_free.commits, "commit_unlocked", counted)
     cache_tier.write(cut(SMALL), values(SMALL, 28))
     assert refused == [True]  # the optimistic commit saw the change and stored nothing
     data[0][beside.slices_zyx()] = values(beside, 27)[0]
@@ -281,8 +288,8 @@ def test_a_write_into_other_cuboids_of_its_supercuboid_leaves_a_small_write_lock
     other = make_cache_tier(tmp_path, redis_url)  # another worker's, lock-free as well
     elsewhere = Box((3, CUBOID[1] + 5, 1), (9, CUBOID[1] + 17, 2))  # other cuboids, same supercuboid
     assert cut(elsewhere).plan().names == cut(SMALL).plan().names
-    snapshot, applied = cache_tier._cache.read_for_update, []
-    commit = cache_tier._cache.commit_unlocked
+    snapshot, applied = cache_tier._lock_free.commits.read_for_update, []
+    commit = cache_tier._lock_free.commits.commit_unlocked
 
     def raced(*args: Any, **kwargs: Any) -> Any:
         seen = snapshot(*args, **kwargs)
@@ -293,8 +300,8 @@ def test_a_write_into_other_cuboids_of_its_supercuboid_leaves_a_small_write_lock
         applied.append(commit(*args, **kwargs))
         return applied[-1]
 
-    monkeypatch.setattr(cache_tier._cache, "read_for_update", raced)
-    monkeypatch.setattr(cache_tier._cache, "commit_unlocked", counted)
+    monkeypatch.setattr(cache_tier._lock_free.commits, "read_for_update", raced)
+    monkeypatch.setattr(cache_tier._lock_free.commits, "commit_unlocked", counted)
     cache_tier.write(cut(SMALL), values(SMALL, 33))
     assert applied == [True]
     data[0][elsewhere.slices_zyx()] = values(elsewhere, 32)[0]
@@ -308,26 +315,26 @@ def test_a_refused_commit_leaves_the_redis_as_it_was(cache_tier: CacheTier, redi
     with the old one moved aside and back: afterwards every key holds what it held before
     (the supercuboid's other cuboids included), and nothing it used is left behind."""
     cache_tier.write(cut(WHOLE), values(WHOLE, 34))
-    cache_tier.flush_all()
+    cache_tier.upkeep.flush_all()
     (name,) = cut(SMALL).plan().names
-    cache = cache_tier._cache
+    commits = cache_tier._lock_free.commits
     direct = redis.Redis.from_url(redis_url)
-    seen = cache.read_for_update({name: [0]}, {name: lock_keys(name)[1]}, 1.0)
+    seen = commits.read_for_update({name: [0]}, 1.0)
     assert seen is not None
     expected = {name: {0: seen[name][1][0]}}
     if why == "a cuboid changed":
         expected = {name: {0: b"another digest"}}
     elif why == "a reader holds the lock":
-        direct.zadd(lock_keys(name)[0], {"someone": 1})
+        direct.zadd(RedisRWLocks.keys(name)[0], {"someone": 1})
     elif why == "not resident":
-        cache.evict(name)
+        cache_tier._cache.evict(name)
     else:
         direct.delete(EPOCH)
 
     before = everything_in(direct)
     new = {name: {0: compress_cuboid(np.full(GRID.cuboid[::-1], 9, np.uint8)),
                   1: compress_cuboid(np.full(GRID.cuboid[::-1], 8, np.uint8))}}
-    assert not cache.commit_unlocked(new, expected, {name: lock_keys(name)}, 2.0)
+    assert not commits.commit_unlocked(new, expected, 2.0)
     assert everything_in(direct) == before
 
 
@@ -338,7 +345,7 @@ def test_a_store_into_an_unchecked_redis_is_refused_and_changes_nothing(cache_ti
     """The locked path's store (`put`) sends its cuboids as HSETs in a MULTI as well: in a Redis
     whose holdings were not checked it is refused (RedisUnverified) and every key stays as it was."""
     cache_tier.write(cut(WHOLE), values(WHOLE, 38))
-    cache_tier.flush_all()
+    cache_tier.upkeep.flush_all()
     (name,) = cut(SMALL).plan().names
     direct = redis.Redis.from_url(redis_url)
     direct.delete(EPOCH)

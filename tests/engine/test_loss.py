@@ -26,7 +26,7 @@ from blaze.merge import Merger
 from blaze.tier import BlazeTier, buffer_ledger
 from ndstore.core.errors import DataLost
 from ndstore.core.geometry import Box
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.direct import CoherentDirect, RawReads
 from ndstore.engine.ledger import LEDGER_KEYS, Ledger
 from ndstore.engine.volume import Cutout, make_cutout
@@ -101,7 +101,7 @@ def own_redis(tmp_path: Path) -> Iterator[Any]:
 
 
 def ledger_of(tier: CacheTier, what: str = "cache") -> Ledger:
-    [(_, raw)] = list(tier.objects.get_many([LEDGER_KEYS[what]]))
+    [(_, raw)] = list(tier._base.objects.get_many([LEDGER_KEYS[what]]))
     assert raw is not None
     return Ledger.from_json(raw)
 
@@ -111,7 +111,7 @@ def test_a_cache_redis_back_empty_refuses_what_it_held_unflushed_until_the_loss_
     server = own_redis("cache")
     tier = make_cache_tier(tmp_path, server.url)
     tier.write(cut(P), full(P, 7))
-    tier.flush_all()  # P is in the base tier
+    tier.upkeep.flush_all()  # P is in the base tier
     tier.write(cut(Q), full(Q, 9))  # Q is acknowledged, only in Redis
     tier.keep_ledger()  # a flusher round that wrote nothing back
     assert ledger_of(tier).unflushed.keys() == {name_of(Q)}
@@ -135,7 +135,7 @@ def test_a_cache_redis_back_empty_refuses_what_it_held_unflushed_until_the_loss_
         other.read(cut(Q))
     assert ledger_of(tier).lost.keys() == {name_of(Q)}
 
-    other.accept_loss([name_of(Q)])
+    other.loss.accept_loss([name_of(Q)])
     np.testing.assert_array_equal(tier.read(cut(Q)), full(Q, 0))  # the base tier's copy: the loss accepted
     tier.write(cut(Q), full(Q, 4))
     np.testing.assert_array_equal(tier.read(cut(Q)), full(Q, 4))
@@ -160,13 +160,13 @@ def test_a_cache_redis_back_short_keeps_what_is_intact_drops_what_is_stale_and_r
     server.start()
 
     again = make_cache_tier(tmp_path, server.url)  # the next start checks the Redis against its ledger
-    assert again.lost().keys() == {name_of(R)}
+    assert again.loss.lost().keys() == {name_of(R)}
     np.testing.assert_array_equal(again.read(cut(P)), full(P, 2))  # not the stale cached 1
     np.testing.assert_array_equal(again.read(cut(Q)), full(Q, 3))  # intact and still dirty
     with pytest.raises(DataLost, match="came back short") as refused:
         again.read(cut(R))
     assert refused.value.names == [name_of(R)]
-    again.flush_all()
+    again.upkeep.flush_all()
     np.testing.assert_array_equal(again._base.read(cut(Q)), full(Q, 3))  # written back as acknowledged
     np.testing.assert_array_equal(again._base.read(cut(P)), full(P, 2))  # the stale copy never written back
 
@@ -177,7 +177,7 @@ def test_a_cached_cuboid_damaged_on_disk_is_never_decoded(tmp_path: Path, own_re
     rng = np.random.default_rng(5)
     clean, dirty = rng.integers(0, 255, (1, *P.shape_zyx), np.uint8), rng.integers(0, 255, (1, *Q.shape_zyx), np.uint8)
     tier.write(cut(P), clean)
-    tier.flush_all()
+    tier.upkeep.flush_all()
     tier.write(cut(Q), dirty)
     blobs = {box: redis.Redis.from_url(server.url).hget(f"ndc:{{{name_of(box)}}}", "0") for box in (P, Q)}
 
@@ -200,14 +200,14 @@ def test_after_a_clean_stop_a_lost_cache_redis_loses_nothing(tmp_path: Path, own
     server = own_redis("cache")
     tier = make_cache_tier(tmp_path, server.url)
     tier.write(cut(P), full(P, 6))
-    tier.flush_all()
+    tier.upkeep.flush_all()
     tier.keep_ledger(final=True)  # `ndstore daemons` stopping
     assert ledger_of(tier).final and ledger_of(tier).unflushed == {}
     server.kill()
     shutil.rmtree(server.aof_dir)
     server.start()
     again = make_cache_tier(tmp_path, server.url)
-    assert again.lost() == {}
+    assert again.loss.lost() == {}
     np.testing.assert_array_equal(again.read(cut(P)), full(P, 6))
 
 
@@ -229,7 +229,7 @@ def test_an_ndblaze_buffer_back_empty_refuses_its_pending_writes_on_every_path(t
     cache_server, blaze_server = own_redis("cache"), own_redis("blaze")
     cache = make_cache_tier(tmp_path, cache_server.url)
     buffer = RedisBlazeBuffer(redis_client.connect(blaze_server.url), 1 << 30)
-    ledger = buffer_ledger(buffer, cache)
+    ledger = buffer_ledger(buffer, cache.loss)
     tier = BlazeTier(buffer, CoherentDirect(cache), ledger)
     tier.write(cut(P), full(P, 3))  # acknowledged (the first write checks the fresh buffer in)
     Merger(buffer, cache).merge(buffer.pending_names())  # P merged into the base tier
@@ -247,7 +247,7 @@ def test_an_ndblaze_buffer_back_empty_refuses_its_pending_writes_on_every_path(t
         with pytest.raises(DataLost):
             attempt()
     np.testing.assert_array_equal(tier.read(cut(P)), full(P, 3))
-    cache.accept_loss([name_of(Q)])
+    cache.loss.accept_loss([name_of(Q)])
     np.testing.assert_array_equal(tier.read(cut(Q)), full(Q, 0))
 
 
@@ -265,7 +265,7 @@ def test_a_supercuboid_written_back_by_a_direct_write_is_not_named_lost(tmp_path
 
     redis.Redis.from_url(server.url).flushall()  # the Redis loses its data before the next round
     np.testing.assert_array_equal(tier.read(cut(Q)), full(Q, 9))
-    assert tier.lost() == {}
+    assert tier.loss.lost() == {}
 
 
 @dataclass
@@ -283,7 +283,7 @@ class BufferedStack:
     def start(cls, root: Path, cache_server: OwnRedis, blaze_server: OwnRedis) -> BufferedStack:
         cache = make_cache_tier(root, cache_server.url)
         buffer = RedisBlazeBuffer(redis_client.connect(blaze_server.url), 1 << 30)
-        ledger = buffer_ledger(buffer, cache)
+        ledger = buffer_ledger(buffer, cache.loss)
         ledger.verify()
         return cls(cache_server, blaze_server, cache, buffer, BlazeTier(buffer, CoherentDirect(cache), ledger))
 
@@ -329,13 +329,13 @@ def test_ndblaze_writes_taken_with_no_merger_are_refused_on_every_path_once_the_
     for write in (lambda: s.cache.write(cut(Q), full(Q, 1)), lambda: s.tier.write(cut(P), full(P, 1))):
         with pytest.raises(DataLost):
             write()
-    assert sorted(s.cache.lost()) == lost
+    assert sorted(s.cache.loss.lost()) == lost
 
     # a process started afterwards (the next `ndstore up`) refuses them too
     again = BufferedStack.start(tmp_path, s.cache_server, s.blaze_server)
     with pytest.raises(DataLost):
         again.tier.read(cut(P))
-    again.cache.accept_loss(lost)  # `ndstore recover --accept-loss`
+    again.cache.loss.accept_loss(lost)  # `ndstore recover --accept-loss`
     for read in READS.values():
         assert not read(s, Q).any()  # served again, as the base tier holds it
     s.tier.write(cut(Q), full(Q, 6))
@@ -358,7 +358,7 @@ def test_a_buffer_checked_at_start_after_it_came_back_empty_names_every_acknowle
 
     with caplog.at_level(logging.ERROR, "ndstore.engine.ledger"):
         again = BufferedStack.start(tmp_path, s.cache_server, s.blaze_server)
-    assert sorted(again.cache.lost()) == [name_of(Q)]
+    assert sorted(again.cache.loss.lost()) == [name_of(Q)]
     [said] = [r.getMessage() for r in caplog.records]
     assert "1 supercuboids lost acknowledged writes" in said and name_of(Q) in said
     assert "could not be checked" not in said
@@ -407,7 +407,7 @@ def test_a_write_whose_buffer_was_checked_before_it_was_recorded_is_not_acknowle
     from ndstore.core.errors import RedisUnverified
 
     s = BufferedStack.start(tmp_path, own_redis("cache"), own_redis("blaze"))
-    real = s.cache.record_buffered
+    real = s.cache.loss.record_buffered
     appended, go = threading.Event(), threading.Event()
 
     def held(run: str, seqs: Any) -> bool:
@@ -415,7 +415,7 @@ def test_a_write_whose_buffer_was_checked_before_it_was_recorded_is_not_acknowle
         assert go.wait(30), "the test never let the write go on"
         return real(run, seqs)
 
-    s.cache.record_buffered = held  # type: ignore[method-assign]
+    s.cache.loss.record_buffered = held  # type: ignore[method-assign]
     outcome: list[BaseException | None] = []
 
     def write() -> None:
@@ -433,47 +433,9 @@ def test_a_write_whose_buffer_was_checked_before_it_was_recorded_is_not_acknowle
     go.set()
     writer.join(30)
     assert isinstance(outcome[0], RedisUnverified) and "retry" in str(outcome[0])
-    assert s.cache.lost() == {}
+    assert s.cache.loss.lost() == {}
     s.tier.write(cut(Q), full(Q, 5))  # the retry
     np.testing.assert_array_equal(s.tier.read(cut(Q)), full(Q, 5))
-
-
-def test_the_record_of_ndblaze_writes_in_the_cache_redis(redis_url: str) -> None:
-    """The adapter's side (ndstore/storage/redis_cache.py, _RECORD, _FORGET, _SYNC): a write is
-    recorded only in the run the record describes, the latest seq wins; a merge drops a name
-    only up to the seq it merged; a sync drops what the buffer no longer holds up to its
-    counter, keeps later writes, and starts afresh for another run; a lock-free read of a
-    recorded supercuboid declines (its buffer is checked on the locked path)."""
-    from ndstore.storage.redis_cache import RedisCuboidCache
-    from ndstore.storage.rwlock import lock_keys
-
-    redis.Redis.from_url(redis_url).flushdb()
-    cache = RedisCuboidCache(redis_client.connect(redis_url))
-    assert cache.buffered() == (None, {}) and not cache.record_buffered("run-a", {"a": 1})
-    assert cache.loss_marks(["a"])[2] == ""  # no record: to be rebuilt
-    cache.sync_buffered("run-a", 0, {})
-    assert cache.record_buffered("run-a", {"a": 3, "b": 3}) and cache.record_buffered("run-a", {"a": 2, "c": 4})
-    assert not cache.record_buffered("run-b", {"d": 5})
-    assert cache.buffered() == ("run-a", {"a": 3, "b": 3, "c": 4})
-    assert cache.loss_marks(["a", "x"])[2] == "run-a" and cache.loss_marks(["x"])[2] is None
-    cache.forget_buffered({"a": 2, "b": 3})  # a has a write after the merged seq 2: kept
-    assert cache.buffered()[1] == {"a": 3, "c": 4}
-    cache.record_buffered("run-a", {"e": 9})  # recorded after the buffer's account below was read
-    cache.sync_buffered("run-a", 8, {"c": 6})  # a merged (not held, 3 <= 8); c held
-    assert cache.buffered()[1] == {"c": 6, "e": 9}
-    cache.sync_buffered("run-b", 10, {"f": 10})
-    assert cache.buffered() == ("run-b", {"f": 10})
-
-    cache.start_epoch("cache-run", 0)
-    cache.put("f", {0: b"x"}, 1.0, dirty=False)
-    cache.put("g", {0: b"y"}, 1.0, dirty=False)
-    assert cache.read_unlocked({"g": [0]}, {"g": lock_keys("g")[1]}, 2.0) == {"g": [b"y"]}
-    assert cache.read_unlocked({"f": [0]}, {"f": lock_keys("f")[1]}, 2.0) is None
-    assert cache.commit_unlocked({"g": {1: b"z"}}, {}, {"g": lock_keys("g")}, 3.0)
-    assert not cache.commit_unlocked({"f": {1: b"z"}}, {}, {"f": lock_keys("f")}, 3.0)  # nor does a write
-    assert cache.get_many({"f": [1]})["f"] == [None]
-    cache.drop_buffered()
-    assert cache.buffered() == (None, {})
 
 
 def test_without_a_record_a_buffer_that_is_down_does_not_stop_the_cache_path(tmp_path: Path, own_redis: Any) -> None:
@@ -489,4 +451,4 @@ def test_without_a_record_a_buffer_that_is_down_does_not_stop_the_cache_path(tmp
     assert s.cache.read(cut(whole))[0][R.slices_zyx()].min() == 5
     s.blaze_server.start()
     s.cache.read(cut(whole))
-    assert s.cache.buffered_record()[1] == {name_of(Q): 1}  # its seq, the first write the buffer took
+    assert s.cache.loss.buffered_record()[1] == {name_of(Q): 1}  # its seq, the first write the buffer took

@@ -1,9 +1,10 @@
 """A cold read answers from the objects it fetched and stores them in the cache afterwards, on a
-thread that holds the read's locks until they are stored (CacheTier's `_PageIns`). Until then
-no writer, direct writer or other reader gets at those supercuboids; a page-in that fails leaves
-them not resident and unlocked; without room for more such page-ins, a read stores its own
-before it answers. Real redis-server and file store; the gate below only holds the real page-in
-back until the test lets it go."""
+thread that holds the read's locks until they are stored (`PageIns`, ndstore/engine/cache/copies.py).
+Until then no writer, direct writer or other reader gets at those supercuboids; a page-in that
+fails leaves them not resident and unlocked; without room for more such page-ins, a read stores
+its own before it answers. The engine's own logic, on the in-memory cuboid cache (and a file
+store); a page-in held across a restart of the Redis, on a real redis-server. The gate below
+only holds the real page-in back until the test lets it go."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ import redis
 
 from ndstore.core.errors import StorageError
 from ndstore.core.geometry import Box
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.parts import touching
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.volume import make_cutout
-from tests.engine.conftest import make_cache_tier, small_channel
+from tests.engine.conftest import make_cache_tier, make_memory_tier, small_channel
 
 CHANNEL = small_channel("uint8", cid=31)
 GRID = CHANNEL.grid(0)
@@ -81,10 +83,18 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
 
 
 @pytest.fixture
-def stored(tmp_path: Path, redis_url: str) -> Iterator[tuple[CacheTier, np.ndarray]]:
+def stored(tmp_path: Path) -> Iterator[tuple[CacheTier, np.ndarray]]:
     """A cache tier over a base tier holding the first supercuboid (random voxels), none cached."""
+    yield from stored_in(make_memory_tier(tmp_path))
+
+
+@pytest.fixture
+def stored_on_redis(tmp_path: Path, redis_url: str) -> Iterator[tuple[CacheTier, np.ndarray]]:
     redis.Redis.from_url(redis_url).flushdb()
-    tier = make_cache_tier(tmp_path, redis_url)
+    yield from stored_in(make_cache_tier(tmp_path, redis_url))
+
+
+def stored_in(tier: CacheTier) -> Iterator[tuple[CacheTier, np.ndarray]]:
     voxels = np.random.default_rng(31).integers(1, 255, SUPER.shape_zyx, dtype=np.uint8)
     tier.write_base(cut(SUPER), voxels[np.newaxis])
     assert tier._cache.resident([NAME]) == [False]
@@ -145,7 +155,7 @@ def waits_then_sees_the_last_write(tier: CacheTier, gate: Gate, other: str, voxe
     expected = voxels.copy()
     expected[box.slices_zyx()] = 7
     np.testing.assert_array_equal(tier.read(cut(SUPER))[0], expected)
-    tier.flush_all()
+    tier.upkeep.flush_all()
     np.testing.assert_array_equal(tier.read_raw(cut(SUPER))[0], expected)
 
 
@@ -163,11 +173,10 @@ def test_a_failed_page_in_leaves_it_not_resident_and_unlocked(stored: tuple[Cach
     np.testing.assert_array_equal(tier.read(cut(SUPER))[0], expected)
 
 
-def test_without_room_a_read_stores_its_page_ins_before_it_answers(tmp_path: Path, redis_url: str) -> None:
+def test_without_room_a_read_stores_its_page_ins_before_it_answers(tmp_path: Path) -> None:
     """The objects page-ins hold after their reads answered are bounded per process (a read
     window): beyond that a read pages in first, as it always did."""
-    redis.Redis.from_url(redis_url).flushdb()
-    tier = make_cache_tier(tmp_path, redis_url)
+    tier = make_memory_tier(tmp_path)
     tier._page_ins._room = GRID.supercuboid_bytes(1) - 1  # no room for one supercuboid
     voxels = np.random.default_rng(32).integers(1, 255, SUPER.shape_zyx, dtype=np.uint8)
     tier.write_base(cut(SUPER), voxels[np.newaxis])
@@ -183,13 +192,13 @@ def test_without_room_a_read_stores_its_page_ins_before_it_answers(tmp_path: Pat
 
 
 def test_a_page_in_held_across_a_restart_that_lost_the_redis_does_not_land_over_a_later_write(
-        stored: tuple[CacheTier, np.ndarray], redis_url: str) -> None:
+        stored_on_redis: tuple[CacheTier, np.ndarray], redis_url: str) -> None:
     """The Redis restarts without its data while a page-in is on its way in: its checked mark and
     the lock the page-in holds are gone, so a writer in the new run pages the supercuboid in
     again and writes. The old page-in (fetched in the old run) must not land over that write; it
     fails, and the supercuboid holds the write, in the cache and after its write-back. (Without
     the run check the old copy is stored over the writer's cuboids: the write is lost.)"""
-    tier, voxels = stored
+    tier, voxels = stored_on_redis
     gate = Gate(tier)
     np.testing.assert_array_equal(tier.read(cut(SUPER))[0], voxels)
     assert gate.entered.wait(WAIT_S)
@@ -202,7 +211,7 @@ def test_a_page_in_held_across_a_restart_that_lost_the_redis_does_not_land_over_
     expected = voxels.copy()
     expected[SMALL.slices_zyx()] = 7
     np.testing.assert_array_equal(tier.read(cut(SUPER))[0], expected)
-    tier.flush_all()
+    tier.upkeep.flush_all()
     np.testing.assert_array_equal(tier.read_raw(cut(SUPER))[0], expected)
 
 
@@ -239,7 +248,7 @@ def test_a_cold_write_whose_rest_is_not_stored_leaves_it_absent_and_unlocked(
     tier.settle()
     per_super = GRID.cuboid_count
     [part] = cut(first).plan().parts
-    touched = {number for number, _, _ in CacheTier._touching(part.part, GRID)}
+    touched = {number for number, _, _ in touching(part.part, GRID)}
     assert set(tier._cache.absent(NAME, range(per_super))) == set(range(per_super)) - touched
     if case != "no room for the rest":
         del tier._cache.fill
@@ -248,7 +257,7 @@ def test_a_cold_write_whose_rest_is_not_stored_leaves_it_absent_and_unlocked(
     expected[first.slices_zyx()] = 3
     expected[SMALL.slices_zyx()] = 7
     np.testing.assert_array_equal(tier.read(cut(SUPER))[0], expected)
-    tier.flush_all()
+    tier.upkeep.flush_all()
     np.testing.assert_array_equal(tier.read_raw(cut(SUPER))[0], expected)
 
 
@@ -260,7 +269,7 @@ def test_a_read_of_a_supercuboid_lacking_cuboids_answers_from_its_object(stored:
     absent cuboids are stored after the answer (a write waits for them), or, without room,
     before it, and counted as restores either way. Every voxel reads back as last written."""
     tier, voxels = stored
-    tier._observer = counted = Counted()
+    tier._copies._observer = counted = Counted()  # what counts restores
     if not room:
         tier._page_ins._room = 0
     cuboid = GRID.cuboid
@@ -291,5 +300,5 @@ def test_a_read_of_a_supercuboid_lacking_cuboids_answers_from_its_object(stored:
     assert counted["cache_restores_total"] == per_super - 1
     expected[SMALL.slices_zyx()] = 7
     np.testing.assert_array_equal(tier.read(cut(SUPER))[0], expected)
-    tier.flush_all()
+    tier.upkeep.flush_all()
     np.testing.assert_array_equal(tier.read_raw(cut(SUPER))[0], expected)

@@ -13,7 +13,7 @@ import redis
 import xxhash
 
 from ndstore.core.chunks import compress_cuboid
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.storage.redis_cache import COMMAND_BYTES, DIRTY, FIELDS_PER_COMMAND, INDEX, _in_batches
 from tests.engine.conftest import small_channel
 

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from ndstore.core.geometry import Box
-from ndstore.engine import cache_tier as cache_tier_module
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache import tier as tier_module
+from ndstore.engine.cache.lock_free import SNAPSHOT_CUBOIDS
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.volume import ChannelVolume, make_cutout
 
 # The tier's batch (READ_BATCH, 256 in the service) and its lock client's names per script call
@@ -22,7 +23,7 @@ from ndstore.engine.volume import ChannelVolume, make_cutout
 READ_BATCH = 32
 LOCKS_PER_CALL = 10
 SAMPLES = 2 * READ_BATCH + 9
-assert SAMPLES > cache_tier_module.SNAPSHOT_CUBOIDS
+assert SAMPLES > SNAPSHOT_CUBOIDS
 
 
 def channel() -> ChannelVolume:
@@ -33,12 +34,12 @@ def channel() -> ChannelVolume:
 
 def test_one_voxel_over_many_samples_is_read_in_batches(cache_tier: CacheTier,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache_tier_module, "READ_BATCH", READ_BATCH)
+    monkeypatch.setattr(tier_module, "READ_BATCH", READ_BATCH)
     chan = channel()
     voxel = Box((5, 6, 7), (6, 7, 8))
     series = np.arange(1, SAMPLES + 1, dtype=np.uint16).reshape(SAMPLES, 1, 1, 1)
     cache_tier.write(make_cutout(chan, 0, voxel, range(SAMPLES), 1 << 30), series)
-    cache_tier.flush_all()
+    cache_tier.upkeep.flush_all()
     for name in list(cache_tier.coldest(10 * SAMPLES)):
         cache_tier.evict(name, 5)  # the read below pages every sample in
 

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from ndstore.core.geometry import Box
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.volume import make_cutout
 from ndstore.ops.localstack import free_port, start_redis
 from ndstore.storage.redis_cache import INDEX
@@ -86,15 +86,15 @@ def test_cuboids_a_restart_forgot_are_read_again_from_the_base_tier(tmp_path: Pa
             tier.write(cut(FAR), far[np.newaxis])  # type: ignore[arg-type]
             reference[FAR.slices_zyx()] = far
         else:
-            assert tier.flush_all() == 1
+            assert tier.upkeep.flush_all() == 1
             np.testing.assert_array_equal(tier.read_raw(cut(extent))[0], reference)  # type: ignore[arg-type]
         tier.settle()  # a read's restore is stored after its answer
         assert tier._cache.absent(WRITTEN, range(PER_SUPER)) == []  # restored, all of them at once
 
         np.testing.assert_array_equal(tier.read(cut(extent))[0], reference)  # type: ignore[arg-type]
-        tier.flush_all()
+        tier.upkeep.flush_all()
         np.testing.assert_array_equal(tier.read_raw(cut(extent))[0], reference)  # type: ignore[arg-type]
-        assert tier.lost() == {}
+        assert tier.loss.lost() == {}
 
 
 def test_restores_racing_reads_writes_and_write_backs(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_restores_racing_reads_writes_and_write_backs(tmp_path: Path) -> None:
             got[FAR.slices_zyx()] = expected[FAR.slices_zyx()]
             np.testing.assert_array_equal(got, expected)
 
-        others = [threading.Thread(target=until_stopped, args=(step,)) for step in (read, read, tier.flush_all)]
+        others = [threading.Thread(target=until_stopped, args=(step,)) for step in (read, read, tier.upkeep.flush_all)]
         for t in others:
             t.start()
         try:
@@ -133,9 +133,9 @@ def test_restores_racing_reads_writes_and_write_backs(tmp_path: Path) -> None:
         assert not failures, failures[0]
         reference[FAR.slices_zyx()] = 8
         np.testing.assert_array_equal(tier.read(cut(CHANNEL.extent(0)))[0], reference)  # type: ignore[arg-type]
-        tier.flush_all()
+        tier.upkeep.flush_all()
         np.testing.assert_array_equal(tier.read_raw(cut(CHANNEL.extent(0)))[0], reference)  # type: ignore[arg-type]
-        assert tier.lost() == {}
+        assert tier.loss.lost() == {}
 
 
 def test_a_restart_forgets_a_supercuboid_only_paged_in(tmp_path: Path) -> None:
@@ -240,9 +240,9 @@ def test_the_rest_of_a_cold_write_held_across_a_restart_from_the_aof(tmp_path: P
         tier.settle()
         assert tier._cache.count() == (1, 1)
         np.testing.assert_array_equal(tier.read(cut(extent))[0], reference)  # type: ignore[arg-type]
-        tier.flush_all()
+        tier.upkeep.flush_all()
         np.testing.assert_array_equal(tier.read_raw(cut(extent))[0], reference)  # type: ignore[arg-type]
-        assert tier.lost() == {}
+        assert tier.loss.lost() == {}
     finally:
         proc.kill()
         proc.wait()

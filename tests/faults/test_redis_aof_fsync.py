@@ -22,7 +22,7 @@ import redis
 
 from ndstore.core.geometry import Box
 from ndstore.engine.base_tier import BaseTier
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.volume import Cutout, make_cutout
 from ndstore.ops.localstack import free_port, start_redis
 from ndstore.storage import redis_client

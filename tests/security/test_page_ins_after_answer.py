@@ -1,8 +1,9 @@
-"""An attacker's view of page-ins that finish after their read answered (CacheTier's `_PageIns`):
-a flood of cold reads, each of another supercuboid, must not let a worker pile up fetched objects
-behind its answers. Beyond the room (one read window per process) a read stores its page-in
-before it answers, so what it holds ends with its request, inside the request budget. Real
-redis-server and file store; a gate holds the real page-ins back so the flood is all in flight."""
+"""An attacker's view of page-ins that finish after their read answered (`PageIns`,
+ndstore/engine/cache/copies.py): a flood of cold reads, each of another supercuboid, must not let
+a worker pile up fetched objects behind its answers. Beyond the room (one read window per
+process) a read stores its page-in before it answers, so what it holds ends with its request,
+inside the request budget. Real redis-server and file store; a gate holds the real page-ins
+back so the flood is all in flight."""
 
 from __future__ import annotations
 

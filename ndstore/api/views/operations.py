@@ -82,16 +82,16 @@ def _gauge(name: str, doc: str, value: float, **labels: str) -> GaugeMetricFamil
 
 
 def _cache_gauges(svc: Services) -> Iterator[Metric]:
-    resident, dirty = svc.cache_tier.occupancy()
+    resident, dirty = svc.cache_tier.upkeep.occupancy()
     family = GaugeMetricFamily("ndstore_cache_supercuboids", "supercuboids in the cache, by state", labels=["state"])
     family.add_metric(["resident"], resident)
     family.add_metric(["dirty"], dirty)
     yield family
-    yield _gauge("cache_memory_bytes", "memory the cache Redis uses", svc.cache_tier.memory_used())
+    yield _gauge("cache_memory_bytes", "memory the cache Redis uses", svc.cache_tier.upkeep.memory_used())
     yield _gauge("write_back_lag_seconds", "how long the longest-dirty supercuboid has waited to be written back",
-                 svc.cache_tier.write_back_lag())
+                 svc.cache_tier.upkeep.write_back_lag())
     yield _gauge("lost_supercuboids", "supercuboids refused (503) because a Redis lost acknowledged writes to them, "
-                 "until an operator accepts the loss (`ndstore recover`)", len(svc.cache_tier.lost()))
+                 "until an operator accepts the loss (`ndstore recover`)", len(svc.cache_tier.loss.lost()))
 
 
 def _blaze_gauges(svc: Services) -> Iterator[Metric]:

@@ -36,11 +36,11 @@ class Command(BaseCommand):
 def check_for_loss(svc: Services, say: Callable[[str], object]) -> None:
     """Both Redis servers checked against their ledgers before anything is served: what they lost
     is refused, and said here."""
-    for what, verify in (("cache", svc.cache_tier.verify), ("NDBlaze", svc.blaze_ledger.verify)):
+    for what, verify in (("cache", svc.cache_tier.loss.verify), ("NDBlaze", svc.blaze_ledger.verify)):
         verdict = verify()
         if verdict is not None:
             say(f"LOSS: {verdict.report(what)}")
-    lost = svc.cache_tier.lost()
+    lost = svc.cache_tier.loss.lost()
     if lost:
         say(f"{len(lost)} supercuboids are refused as lost (503): `ndstore recover` lists them and accepts the loss")
 

@@ -36,13 +36,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         svc = services()
-        for what, verify in (("cache", svc.cache_tier.verify), ("NDBlaze", svc.blaze_ledger.verify)):
+        for what, verify in (("cache", svc.cache_tier.loss.verify), ("NDBlaze", svc.blaze_ledger.verify)):
             verdict = verify()
             if verdict is not None:
                 self.stderr.write(verdict.report(what))
         names = channel_names()
         by_channel: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for name, why in sorted(svc.cache_tier.lost().items()):
+        for name, why in sorted(svc.cache_tier.loss.lost().items()):
             key = SupercuboidKey.from_name(name)
             v = key.volume
             channel = names.get((v.collection_id, v.experiment_id, v.channel_id), f"(deleted channel {name})")
@@ -64,6 +64,6 @@ class Command(BaseCommand):
                 self.stdout.write("nothing is refused as lost")
         if options["accept_loss"]:
             chosen = [e["supercuboid"] for entries in by_channel.values() for e in entries]
-            svc.cache_tier.accept_loss(chosen)
+            svc.cache_tier.loss.accept_loss(chosen)
             self.stdout.write(f"accepted the loss of {len(chosen)} supercuboids: they are served again as the base "
                               "tier holds them")

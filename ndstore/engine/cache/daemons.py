@@ -11,6 +11,9 @@ Both survive any failure: a round that raises is logged and counted
 (`ndstore_daemon_errors_total{daemon, kind}`), and the next one comes after a backoff that grows
 to 30 s and resets on success, so a daemon resumes by itself once a full or read-only store, or
 a Redis that is away, is back.
+
+Each gets the tier's port it needs (ndstore/engine/cache/ports.py): the flusher `WriteBackDaemon`,
+the cache manager `EvictionDaemon` (`CacheTier.upkeep` is both; the tier passes them on too).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass, field
 
 from ndstore.core.errors import LockTimeout, StorageError, StorageFull
 from ndstore.core.observe import NULL, Observer
-from ndstore.engine.cache_tier import CacheTier
+from ndstore.engine.cache.ports import EvictionDaemon, WriteBackDaemon
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 30.0
@@ -52,7 +55,7 @@ def rounds(run_once: Callable[[], object], interval_s: float, stop: threading.Ev
 
 @dataclass
 class Flusher:
-    tier: CacheTier
+    tier: WriteBackDaemon
     age_s: float = 5.0
     interval_s: float = 1.0
     max_in_flight: int = 4
@@ -67,7 +70,7 @@ class Flusher:
         Redis that came back short), what is due written back, the ledger brought up to date.
         A round in which every write-back failed on its store (not on a busy lock) raises, so
         that the loop backs off instead of retrying a full or read-only store every second."""
-        self.tier.ledger.check()
+        self.tier.check_ledger()
         names = self.tier.due_for_write_back(self.age_s if age_s is None else age_s, self.max_in_flight * 8)
         outcomes = list(self._pool.map(self._flush_one, names))
         flushed = sum(n for n, _ in outcomes)
@@ -96,7 +99,7 @@ class Flusher:
 
 @dataclass
 class CacheManager:
-    tier: CacheTier
+    tier: EvictionDaemon
     high_bytes: int
     low_bytes: int
     interval_s: float = 1.0
@@ -107,7 +110,7 @@ class CacheManager:
     def run_once(self) -> int:
         if self.tier.memory_used() <= self.high_bytes:
             return 0
-        self.tier.ledger.check()  # eviction writes dirty supercuboids back: not from a Redis that came back short
+        self.tier.check_ledger()  # eviction writes dirty supercuboids back: not from a Redis that came back short
         evicted = 0
         while self.tier.memory_used() > self.low_bytes:
             names = self.tier.coldest(self.batch)
