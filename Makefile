@@ -32,7 +32,8 @@ check: system-deps venv
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) tests/unit tests/storage tests/contracts
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) -m "not servers" tests/unit tests/contracts
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) -m "not servers" -k "memory or local or levels" tests/engine
 
 bench: system-deps venv
 	$(PY) -m benchmarks.bench_direct

@@ -40,6 +40,25 @@ os.environ.pop("AWS_PROFILE", None)
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# What starts a server (or a JVM): a test that needs one is marked `servers`, and `make check`,
+# the fast lane, leaves it to `make test`. A fixture parametrized over backends names one of
+# these in its param when it asks for the fixture inside (request.getfixturevalue).
+SERVER_FIXTURES = frozenset({"moto_endpoint", "redis_url", "blaze_redis_url", "spark", "service_env",
+                             "redis_cluster_url", "spark_standalone", "spark_master_url", "ingest_env"})
+SERVER_PARAMS = frozenset({"redis", "cluster", "moto", "s3", "dynamodb", "sqs"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "servers: starts a real server or JVM; `make check` runs without them")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())) or SERVER_PARAMS.intersection(
+                str(value) for value in params.values()):
+            item.add_marker(pytest.mark.servers)
+
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:

@@ -32,7 +32,7 @@ from ndstore.storage.interfaces import LockFreeCommits
 
 Array = npt.NDArray[Any]
 # Reads of at most a supercuboid's worth of cuboids (16 MiB) go without locks: faster and cheaper
-# in CPU at every size up to it (docs/design/serving.md, sections 5 and 21). Up to
+# in CPU at every size up to it (docs/design/serving.md, "Which requests go without locks"). Up to
 # SERIAL_DECODE_CUBOIDS they are decoded in the request's thread: a hop to the codec pool and back
 # costs more than a few decodes.
 SNAPSHOT_CUBOIDS = 64
@@ -42,7 +42,7 @@ LOCK_FREE_MERGE_CUBOIDS = 16
 # Writes go without locks up to a supercuboid's worth of cuboids when their new blobs fit what 16
 # incompressible cuboids take (so a supercuboid of labels does, and one of EM voxels does not): a
 # commit is one transaction, which Redis buffers whole for its AOF, and one of 16 MiB took 1.4-1.8x
-# as long as the locked path's commands of 2 MiB (serving.md, section 20).
+# as long as the locked path's commands of 2 MiB (serving.md, "Which requests go without locks").
 LOCK_FREE_WRITE_CUBOIDS = 64
 LOCK_FREE_WRITE_BYTES = 16 * (CUBOID_BYTES + 1024)  # room for blosc's header on each
 

@@ -36,7 +36,7 @@ Blob = bytes | memoryview  # a cuboid's blosc bytes, or a view of them in a fetc
 META = -1  # the cache field holding "dtype cuboid-shape counts"
 # A write merges (decodes, overwrites, encodes) up to these many cuboids in the request's thread:
 # a 64x64x8 annotation stroke touches at most 2x2x2 cuboids, and under load the codec pool's hop
-# cost it more CPU than it saved (serving.md, section 27). More (a large write's) go to the pool.
+# cost it more CPU than it saved (serving.md, "Work in the request's thread"). More go to the pool.
 SERIAL_MERGE_CUBOIDS = 8
 
 
