@@ -54,8 +54,12 @@ def handler_for(queue: str, prefix: str) -> Handler | None:
 class QueuePoller:
     """One worker's loop over every queue with a handler."""
 
-    def __init__(self, queues: WorkQueue, prefix: str, refresh_s: float = 2.0, observer: Observer = NULL):
+    def __init__(self, queues: WorkQueue, prefix: str, refresh_s: float = 2.0, observer: Observer = NULL,
+                 retry_cap_s: int = 30):
+        """``retry_cap_s``: the longest a failed record waits before it is tried again (2, 4, 8, ...
+        seconds after its first, second, third failure, up to this)."""
         self.observer = observer
+        self.retry_cap_s = retry_cap_s
         self.queues = queues
         self.prefix = prefix
         self.refresh_s = refresh_s
@@ -105,7 +109,7 @@ class QueuePoller:
             try:
                 for i, m in enumerate(messages):
                     if str(i) in failed:
-                        self.queues.retry_later(m, min(30, 2 ** m.receive_count))
+                        self.queues.retry_later(m, min(self.retry_cap_s, 2 ** m.receive_count))
                     else:
                         self.queues.delete_message(url, m.receipt)
             except StorageError:  # the queue went meanwhile (its job stopped): its messages with it

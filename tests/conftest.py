@@ -60,6 +60,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.servers)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` (`make test`): files sharing an expensive fixture in one worker, the
+    longest first (tests/scheduling.py)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.scheduling import make_scheduler
+
+    return make_scheduler(config, log)
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     from ndstore.ops.moto_endpoint import SerialMotoServer

@@ -80,6 +80,7 @@ class LocalStack:
     threads: int = 4
     extra_env: Mapping[str, str | None] = field(default_factory=dict)  # None: unset an inherited setting
     with_merger: bool = True  # tests of other parts leave the Spark driver out
+    with_runner: bool = True  # and the ingest runner (its worker processes), where nothing is ingested
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     front: Front | None = None
 
@@ -154,7 +155,8 @@ class LocalStack:
                                                stderr=subprocess.STDOUT if out else None))
             if out:
                 out.close()
-        self.procs.append(subprocess.Popen([sys.executable, "-m", "lambdas.runner"], env=env, cwd=ROOT))
+        if self.with_runner:
+            self.procs.append(subprocess.Popen([sys.executable, "-m", "lambdas.runner"], env=env, cwd=ROOT))
         self.front = Front(self.data_dir / "front", self.host, self.port, env)
         self.procs.append(self.front.start_gunicorn(env, self.workers, self.threads))
         wait_until(self._web_ready, "the web service (gunicorn)", timeout=60)

@@ -12,10 +12,11 @@ on an empty queue, gives the lock up while it waits, or no message could ever ar
 
 Some of moto's work grows where AWS's does not, and it runs under that one lock, so the tests and
 the local stack wait on it: GetQueueAttributes of named attributes computes all of them three times
-(counting the queue's messages each time); ReceiveMessage checks each message it hands out against
-the retention period through that same call, so a receive from a queue of n messages took O(n^2);
-and every request lists moto's package directory (a stat per service) to find its backend. These
-are answered here from the same state with the work done once (`_do_slow_work_once`).
+(counting the queue's messages each time); SendMessage counts them to read one attribute;
+ReceiveMessage checks each message it hands out against the retention period through that same
+call, so a receive from a queue of n messages took O(n^2); and every request lists moto's package
+directory (a stat per service) to find its backend. These are answered here from the same state
+with the work done once, or not at all where nothing reads it (`_do_slow_work_once`).
 """
 
 from __future__ import annotations
@@ -104,6 +105,32 @@ def _do_slow_work_once() -> None:
     get_queue_attributes.counts_once = True  # type: ignore[attr-defined]
     SQSBackend.get_queue_attributes = get_queue_attributes  # type: ignore[method-assign]
     SQSBackend.is_message_valid_based_on_retention_period = retained  # type: ignore[method-assign]
+    SQSBackend.send_message = _sent_without_counting(SQSBackend.send_message)  # type: ignore[method-assign]
+
+
+def _sent_without_counting(send: Any) -> Any:
+    """moto's SendMessage (and each message of a batch, and each S3 event notification) reads one
+    attribute of its queue, ContentBasedDeduplication, through `Queue.attributes`, which also counts
+    the queue's messages three times: O(n) a send, O(n^2) to fill a queue. During a send the
+    queue's attributes leave out those counts (an instance attribute that shadows moto's list, for
+    the one request that holds the lock)."""
+    from moto.sqs.models import Queue
+
+    counts = {"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed",
+              "ApproximateNumberOfMessagesNotVisible"}
+    uncounted = [name for name in Queue.BASE_ATTRIBUTES if name not in counts]
+
+    def send_message(backend: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
+        queue = backend.queues.get(queue_name)
+        if queue is None:
+            return send(backend, queue_name, *args, **kwargs)  # moto's QueueDoesNotExist
+        queue.BASE_ATTRIBUTES = uncounted
+        try:
+            return send(backend, queue_name, *args, **kwargs)
+        finally:
+            del queue.BASE_ATTRIBUTES
+
+    return send_message
 
 
 def moto_app() -> SerialApp:

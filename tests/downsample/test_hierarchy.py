@@ -77,7 +77,7 @@ def run_sqs(chan: ChannelVolume, job_id: int, timeout: float = 180) -> dict[str,
     runs: DownsampleRuns = services().downsample_runs
     job = DownsampleJob(job_id, chan, runs.queue_prefix)
     runs.start(job)
-    poller = QueuePoller(runs.queues, runs.queue_prefix, refresh_s=0.5)
+    poller = QueuePoller(runs.queues, runs.queue_prefix, refresh_s=0.5, retry_cap_s=1)  # retried after 1 s, not 2, 4, 8
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not poller.poll_once():

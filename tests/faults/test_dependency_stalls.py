@@ -75,7 +75,7 @@ def stack(database: tuple[StallingRelay, str], tmp_path_factory: pytest.TempPath
                          "NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite", "NDSTORE_LOCKS": "redis",
                          "GUNICORN_CMD_ARGS": "--log-level warning"})
     with LocalStack(tmp_path_factory.mktemp("stalls"), port=free_port(), workers=1, threads=4,
-                    with_merger=False, extra_env=env) as local:
+                    with_merger=False, with_runner=False, extra_env=env) as local:
         s = admin_session(local.data_dir)
         public_dataset(s, local.url, "stall", (128, 128, 16), {"img": {"datatype": "uint8"},
                                                                 "other": {"datatype": "uint8"}})

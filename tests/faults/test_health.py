@@ -51,7 +51,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "NDSTORE_ALLOWED_HOSTS": "127.0.0.1,localhost",
     }
     local = LocalStack(tmp_path_factory.mktemp("health-stack"), port=free_port(), workers=1, threads=4,
-                       extra_env=own_stack_env(env), with_merger=False)
+                       extra_env=own_stack_env(env), with_merger=False, with_runner=False)
     local.start()
     try:
         # the first request of a freshly started worker loads the app (5.5 s once on a loaded CI

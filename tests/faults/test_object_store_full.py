@@ -138,7 +138,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             "NDSTORE_INGEST_WORKERS": "1", "GUNICORN_CMD_ARGS": "--log-level warning",
         }
         local = LocalStack(data_dir, port=free_port(), workers=1, threads=4, extra_env=own_stack_env(env),
-                           with_merger=False)
+                           with_merger=False, with_runner=False)
         local.start()
         try:
             # no moto, no proxy: this stack's base tier is the directory on the tmpfs

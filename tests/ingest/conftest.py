@@ -86,7 +86,8 @@ class Pipeline:
         """Poll the queues with the local runner's poller until `until(status)`."""
         from lambdas.runner import QueuePoller
 
-        poller = QueuePoller(self.ingest.queues, self.ingest.queue_prefix, refresh_s=0.5)
+        # a failed record is tried again after 1 s, not after 2, 4, 8 s (the runner's backoff, capped)
+        poller = QueuePoller(self.ingest.queues, self.ingest.queue_prefix, refresh_s=0.5, retry_cap_s=1)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not poller.poll_once():

@@ -34,10 +34,11 @@ OCTET = "application/octet-stream"
 
 
 def _stack(tmp: Path, **env: str) -> LocalStack:
-    return LocalStack(tmp, port=free_port(), workers=1, threads=4, with_merger=False, extra_env=own_stack_env({
-        "NDSTORE_ANON_READ_RATE": "0", "NDSTORE_DEMO": "0", "NDSTORE_FRONT_BODY_TIMEOUT_S": "20",
-        "NDSTORE_FRONT_CONNECTIONS_PER_ADDRESS": str(PER_ADDRESS),
-        "NDSTORE_FRONT_CONNECTIONS_PER_CLIENT": str(PER_CLIENT), **env}))
+    return LocalStack(tmp, port=free_port(), workers=1, threads=4, with_merger=False, with_runner=False,
+                      extra_env=own_stack_env({
+                          "NDSTORE_ANON_READ_RATE": "0", "NDSTORE_DEMO": "0", "NDSTORE_FRONT_BODY_TIMEOUT_S": "20",
+                          "NDSTORE_FRONT_CONNECTIONS_PER_ADDRESS": str(PER_ADDRESS),
+                          "NDSTORE_FRONT_CONNECTIONS_PER_CLIENT": str(PER_CLIENT), **env}))
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ RETAINED = int(MALLOC_TUNING["MALLOC_TRIM_THRESHOLD_"]) + int(MALLOC_TUNING["MAL
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     local = LocalStack(tmp_path_factory.mktemp("memory-bound"), port=free_port(), workers=1, threads=8,
-                       with_merger=False, extra_env=own_stack_env({
+                       with_merger=False, with_runner=False, extra_env=own_stack_env({
                            "NDSTORE_MAX_CUTOUT_BYTES": str(MAX_CUTOUT), "NDSTORE_MAX_BODY_BYTES": str(MAX_CUTOUT),
                            "NDSTORE_ANON_BYTES_IN_FLIGHT": str(128 * MiB), "NDSTORE_ANON_READ_RATE": "0",
                            "NDSTORE_READ_WINDOW_BYTES": str(WINDOW)}))

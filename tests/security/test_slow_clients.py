@@ -29,7 +29,7 @@ CONNECTIONS_PER_CLIENT = 48
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     with LocalStack(tmp_path_factory.mktemp("slow-clients"), port=free_port(), workers=1, threads=2,
-                    with_merger=False, extra_env=own_stack_env({
+                    with_merger=False, with_runner=False, extra_env=own_stack_env({
                         "NDSTORE_FRONT_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
                         "NDSTORE_FRONT_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
                         "NDSTORE_FRONT_CONNECTIONS_PER_CLIENT": str(CONNECTIONS_PER_CLIENT),

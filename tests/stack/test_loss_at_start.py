@@ -27,8 +27,9 @@ OCTET = "application/octet-stream"
 
 
 def stack(data_dir: Path) -> LocalStack:
-    return LocalStack(data_dir, port=free_port(), workers=1, threads=2, with_merger=False, extra_env=own_stack_env({
-        "NDSTORE_ADMIN_TOKEN": TOKEN, "NDSTORE_FLUSH_AGE_S": "3600", "NDSTORE_FLUSH_INTERVAL_S": "0.2"}))
+    return LocalStack(data_dir, port=free_port(), workers=1, threads=2, with_merger=False, with_runner=False,
+                      extra_env=own_stack_env({"NDSTORE_ADMIN_TOKEN": TOKEN, "NDSTORE_FLUSH_AGE_S": "3600",
+                                               "NDSTORE_FLUSH_INTERVAL_S": "0.2"}))
 
 
 def crash(local: LocalStack) -> None:

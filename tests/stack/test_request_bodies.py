@@ -24,7 +24,7 @@ BOXES = [((0, 64), (0, 64), (0, 8)), ((0, 512), (0, 512), (0, 64)), ((3, 103), (
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     with LocalStack(tmp_path_factory.mktemp("bodies"), port=free_port(), workers=1, threads=1,
-                    with_merger=False, extra_env=own_stack_env({"NDSTORE_DEMO": "0"})) as local:
+                    with_merger=False, with_runner=False, extra_env=own_stack_env({"NDSTORE_DEMO": "0"})) as local:
         yield local
 
 

@@ -59,7 +59,7 @@ def test_a_web_service_that_dies_at_start_fails_the_start_at_once(tmp_path: Path
     from ndstore.ops.localstack import LocalStack
     from ndstore.ops.processes import StartFailed
 
-    stack = LocalStack(tmp_path, port=free_port(), workers=1, threads=2, with_merger=False,
+    stack = LocalStack(tmp_path, port=free_port(), workers=1, threads=2, with_merger=False, with_runner=False,
                        extra_env=own_stack_env({"GUNICORN_CMD_ARGS": "--no-such-flag"}))
     started = time.monotonic()
     with pytest.raises(StartFailed, match="exited during start-up"):

@@ -112,3 +112,36 @@ def test_queue_attributes_and_the_retention_check_answer_as_moto_does() -> None:
         assert sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=3).get("Messages", []) == []
     finally:
         server.stop()
+
+
+def test_sends_answer_as_moto_does_without_counting_the_queue() -> None:
+    # a send reads its queue's attributes with the message counts left out (moto_endpoint's
+    # docstring): FIFO deduplication, which reads one of them, still holds, the counts after it
+    # are moto's, and a send to a missing queue is moto's error
+    from moto.sqs.models import Queue
+
+    server = SerialMotoServer().start()
+    try:
+        sqs = boto3.client("sqs", endpoint_url=server.url, region_name="us-east-1")
+        fifo = sqs.create_queue(QueueName=f"q-{uuid.uuid4().hex}.fifo", Attributes={
+            "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+        for _ in range(2):
+            sqs.send_message(QueueUrl=fifo, MessageBody="same", MessageGroupId="g")
+        sqs.send_message_batch(QueueUrl=fifo, Entries=[
+            {"Id": str(i), "MessageBody": body, "MessageGroupId": "g"} for i, body in enumerate(("same", "other"))])
+        standard = sqs.create_queue(QueueName=f"q-{uuid.uuid4().hex}")["QueueUrl"]
+        sqs.send_message_batch(QueueUrl=standard, Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(7)])
+        sqs.send_message(QueueUrl=standard, MessageBody="x", DelaySeconds=60)
+        counts = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed"]
+        assert sqs.get_queue_attributes(QueueUrl=fifo, AttributeNames=counts)["Attributes"] == {
+            "ApproximateNumberOfMessages": "2", "ApproximateNumberOfMessagesDelayed": "0"}
+        assert sqs.get_queue_attributes(QueueUrl=standard, AttributeNames=counts)["Attributes"] == {
+            "ApproximateNumberOfMessages": "7", "ApproximateNumberOfMessagesDelayed": "1"}
+        assert "ApproximateNumberOfMessages" in Queue.BASE_ATTRIBUTES  # moto's own list is left alone
+        try:
+            sqs.send_message(QueueUrl=standard.rsplit("/", 1)[0] + "/no-such-queue", MessageBody="x")
+            raise AssertionError("a send to a missing queue was answered")
+        except ClientError as exc:
+            assert "NonExistentQueue" in exc.response["Error"]["Code"]
+    finally:
+        server.stop()
