@@ -135,7 +135,7 @@ class LabelKeeper:
 
 @dataclass
 class Rebuilt:
-    registered: list[str]  # channels registered by the rebuild
+    incomplete: list[str]  # channels the index did not serve before (registered by the rebuild, or older)
     supercuboids: int = 0  # counted from their objects (absent ones: their entries removed)
     dense: int = 0
 
@@ -143,12 +143,14 @@ class Rebuilt:
 def rebuild(keeper: LabelKeeper, objects: ObjectStore, locks: ExclusiveLocks, prefixes: Sequence[str],
             sleep: Callable[[float], None] = time.sleep) -> Rebuilt:
     """`ndstore reindex --labels`: the label index of these channels rebuilt from the objects,
-    while the service runs. The channels are registered (incomplete) first, and once every
-    process indexes their stores (`unknown_ttl_s`), each stored supercuboid and each one the
-    index lists is counted again under its write lock; then the channels are complete. The
-    object store is listed whole, once (its keys are hashed: a channel's are everywhere)."""
-    done = Rebuilt(keeper.register(prefixes, complete=False))
-    if done.registered:
+    while the service runs. The channels are registered (incomplete) first; where one was not
+    complete, the rebuild waits until every process indexes its stores (`unknown_ttl_s`: a
+    process may have found it unregistered just before). Then each stored supercuboid and each
+    one the index lists is counted again under its write lock, and the channels are complete.
+    The object store is listed whole, once (its keys are hashed: a channel's are everywhere)."""
+    done = Rebuilt([p for p in prefixes if not keeper.serves(p)])
+    keeper.register(prefixes, complete=False)
+    if done.incomplete:
         sleep(keeper.unknown_ttl_s)
     ours = tuple(prefixes)
     keys = sorted({*(k for k in stored_supercuboids(objects) if k.name.startswith(ours)),

@@ -181,7 +181,7 @@ def test_a_crash_between_the_writes_leaves_a_marked_superset_that_reads_work_aro
     assert svc.plane.bounding_box(ch, 0, 1, loose=False) == scanned_box(svc, ch, 0, 1)
     # a rebuild settles it
     rebuilt = rebuild(svc.labels, svc.objects, svc.locks, [ch.name_prefix])
-    assert rebuilt.supercuboids == 1 and rebuilt.registered == []
+    assert rebuilt.supercuboids == 1 and rebuilt.incomplete == []
     assert_index_is_the_voxels(svc, ch)
 
 
@@ -297,4 +297,4 @@ def test_a_channel_registered_later_is_indexed_once_every_process_knows() -> Non
     rebuild(fresh, MemoryObjectStore(), LocalLocks(), [volume.channel_prefix], sleep=slept.append)
     assert slept == [30] and fresh.serves(volume.channel_prefix)
     rebuild(fresh, MemoryObjectStore(), LocalLocks(), [volume.channel_prefix], sleep=slept.append)
-    assert slept == [30]  # registered already: no wait
+    assert slept == [30]  # complete already: no wait

@@ -25,9 +25,9 @@ class Command(BaseCommand):
         if not prefixes:
             self.stdout.write("no annotation channels: nothing to index")
             return
-        if (new := [p for p in prefixes if svc.labels.index.channel(p) is None]):
-            self.stdout.write(f"registering {len(new)} annotation channels; waiting {svc.labels.unknown_ttl_s:.0f} s "
-                              "for every process to index their writes")
+        if (waiting := [p for p in prefixes if not svc.labels.serves(p)]):
+            self.stdout.write(f"{len(waiting)} annotation channels are not indexed yet: waiting "
+                              f"{svc.labels.unknown_ttl_s:.0f} s for every process to index their writes")
         done = rebuild(svc.labels, svc.objects, svc.locks, prefixes)
         self.stdout.write(f"label index rebuilt: {len(prefixes)} annotation channels, {done.supercuboids} "
                           f"supercuboids counted ({done.dense} with too many labels to record: read as voxels); "
