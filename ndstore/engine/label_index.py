@@ -109,12 +109,11 @@ class LabelKeeper:
         old = self.index.labels_of(list(counts))
         sparse = {k: c for k, c in counts.items() if c is not None}
         dense = [k for k, c in counts.items() if c is None]
-        self.index.begin({k: {lb: n for lb, n in c.items() if old[k].get(lb) != n} for k, c in sparse.items()},
-                         WRITING)
+        self.index.begin({k: _changed(old[k], c) for k, c in sparse.items()}, WRITING)
         if dense:
             self.index.begin(dict.fromkeys(dense, {}), f"dense: more than {self.max_labels} labels")
         yield
-        self.index.settle({k: [lb for lb in old[k] if lb not in c] for k, c in sparse.items()})
+        self.index.settle({k: old[k].keys() - c.keys() for k, c in sparse.items()})
         if dense:
             self.index.settle({k: list(old[k]) for k in dense}, unmark=False)
 
@@ -131,6 +130,11 @@ class LabelKeeper:
         """Morton codes of every supercuboid of the volume that may hold ``label``: those listed
         with it and the unsettled ones."""
         return set(self.index.supercuboids_of(volume, label)) | self.unsettled(volume)
+
+
+def _changed(old: Counts, new: Counts) -> Counts:
+    """The labels of ``new`` that ``old`` lacks or counts otherwise."""
+    return {label: voxels for label, voxels in new.items() if old.get(label) != voxels}
 
 
 @dataclass

@@ -36,8 +36,8 @@ BATCH = 25  # requests per BatchWriteItem
 IN_FLIGHT = 8  # BatchWriteItems of one phase at once
 
 
-def _by_label(volume: VolumeKey, label: int) -> str:
-    return f"L{HASH}{volume.partition}{HASH}{label}"
+def _by_label(partition: str, label: int) -> str:
+    return f"L{HASH}{partition}{HASH}{label}"
 
 
 def _by_supercuboid(key: SupercuboidKey) -> str:
@@ -108,16 +108,19 @@ class DynamoLabelIndex:
     def begin(self, counts: Mapping[SupercuboidKey, Mapping[int, int]], why: str) -> None:
         self._phase([{"PutRequest": {"Item": {**_key(_marks(k.volume), k.morton), "why": {"S": why}}}}
                      for k in counts])
-        entries = [(k, label, voxels) for k, found in counts.items() for label, voxels in found.items()]
+        entries = [(k, k.volume.partition, found) for k, found in counts.items()]
         self._phase([{"PutRequest": {"Item": {**_key(_by_supercuboid(k), label), "voxels": {"N": str(voxels)}}}}
-                     for k, label, voxels in entries])
-        self._phase([{"PutRequest": {"Item": {**_key(_by_label(k.volume, label), k.morton),
-                                              "voxels": {"N": str(voxels)}}}} for k, label, voxels in entries])
+                     for k, _, found in entries for label, voxels in found.items()])
+        self._phase([{"PutRequest": {"Item": {**_key(_by_label(volume, label), k.morton),
+                                              "voxels": {"N": str(voxels)}}}}
+                     for k, volume, found in entries for label, voxels in found.items()])
 
     def settle(self, drops: Mapping[SupercuboidKey, Collection[int]], unmark: bool = True) -> None:
-        entries = [(k, label) for k, labels in drops.items() for label in labels]
-        self._phase([{"DeleteRequest": {"Key": _key(_by_label(k.volume, label), k.morton)}} for k, label in entries])
-        self._phase([{"DeleteRequest": {"Key": _key(_by_supercuboid(k), label)}} for k, label in entries])
+        entries = [(k, k.volume.partition, labels) for k, labels in drops.items()]
+        self._phase([{"DeleteRequest": {"Key": _key(_by_label(volume, label), k.morton)}}
+                     for k, volume, labels in entries for label in labels])
+        self._phase([{"DeleteRequest": {"Key": _key(_by_supercuboid(k), label)}}
+                     for k, _, labels in entries for label in labels])
         if unmark:
             self._phase([{"DeleteRequest": {"Key": _key(_marks(k.volume), k.morton)}} for k in drops])
 
@@ -133,7 +136,7 @@ class DynamoLabelIndex:
         return {k: {n: int(item["voxels"]["N"]) for n, item in items} for k, items in zip(unique, found)}
 
     def supercuboids_of(self, volume: VolumeKey, label: int) -> dict[int, int]:
-        return {n: int(item["voxels"]["N"]) for n, item in self._query(_by_label(volume, label), "voxels")}
+        return {n: int(item["voxels"]["N"]) for n, item in self._query(_by_label(volume.partition, label), "voxels")}
 
     def unsettled(self, volume: VolumeKey) -> dict[int, str]:
         return {n: item["why"]["S"] for n, item in self._query(_marks(volume), "why")}

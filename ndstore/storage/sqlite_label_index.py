@@ -70,8 +70,8 @@ class SqliteLabelIndex(SqliteFile):
 
     def begin(self, counts: Mapping[SupercuboidKey, Mapping[int, int]], why: str) -> None:
         marks = [(k.volume.partition, k.morton, why) for k in counts]
-        rows = [(k.volume.partition, _stored(label), k.morton, voxels)
-                for k, found in counts.items() for label, voxels in found.items()]
+        rows = [(volume, _stored(label), morton, voxels) for (volume, morton, _), found in zip(marks, counts.values())
+                for label, voxels in found.items()]
 
         def write(conn: sqlite3.Connection) -> None:
             with conn:
@@ -81,8 +81,10 @@ class SqliteLabelIndex(SqliteFile):
         self._run(write)
 
     def settle(self, drops: Mapping[SupercuboidKey, Collection[int]], unmark: bool = True) -> None:
-        rows = [(k.volume.partition, _stored(label), k.morton) for k, labels in drops.items() for label in labels]
-        marks = [(k.volume.partition, k.morton) for k in drops] if unmark else []
+        keys = [(k.volume.partition, k.morton) for k in drops]
+        rows = [(volume, _stored(label), morton) for (volume, morton), labels in zip(keys, drops.values())
+                for label in labels]
+        marks = keys if unmark else []
 
         def write(conn: sqlite3.Connection) -> None:
             with conn:
@@ -93,18 +95,19 @@ class SqliteLabelIndex(SqliteFile):
 
     def labels_of(self, keys: Sequence[SupercuboidKey]) -> dict[SupercuboidKey, dict[int, int]]:
         out: dict[SupercuboidKey, dict[int, int]] = {k: {} for k in keys}
-        by_volume: dict[VolumeKey, list[int]] = defaultdict(list)
-        for key in out:
-            by_volume[key.volume].append(key.morton)
+        by_volume: dict[VolumeKey, dict[int, dict[int, int]]] = defaultdict(dict)
+        for key, found in out.items():
+            by_volume[key.volume][key.morton] = found
 
         def read(conn: sqlite3.Connection) -> None:
-            for volume, mortons in by_volume.items():
+            for volume, by_morton in by_volume.items():
+                mortons = list(by_morton)
                 for i in range(0, len(mortons), IN_BATCH):
                     batch = mortons[i : i + IN_BATCH]
                     for morton, label, voxels in conn.execute(
                             f"SELECT morton, label, voxels FROM labels WHERE volume = ? AND morton IN "
                             f"({', '.join('?' * len(batch))})", (volume.partition, *batch)):
-                        out[volume.supercuboid(morton)][_label(label)] = voxels
+                        by_morton[morton][_label(label)] = voxels
 
         self._run(read)
         return out
