@@ -155,6 +155,8 @@ class BaseTier:
         left = stored_with_prefix(self.objects, prefix)
         while batch := list(itertools.islice(left, PURGE_BATCH)):
             count += self._delete(batch)
+        if self.labels is not None:
+            self.labels.forget(prefix)  # and label entries of no object (a write that died before its put)
         return count
 
     def _delete(self, keys: list[SupercuboidKey]) -> int:

@@ -92,6 +92,14 @@ class LabelKeeper:
         """Around the delete of stored supercuboids."""
         return self.replacing({k: {} for k in keys if self.keeps(k.volume)})
 
+    def forget(self, prefix: str) -> int:
+        """Drop every entry and mark left under a channel's prefix (after its purge deleted its
+        supercuboids: those of a write that died before its object was put). Returns how many
+        supercuboids had some."""
+        keys = self.index.indexed(prefix)
+        self.index.settle({k: list(c) for k, c in self.index.labels_of(keys).items()})
+        return len(keys)
+
     def count(self, whole: Array) -> Counts | None:
         """label -> voxels of a supercuboid's array; None past `max_labels` labels (dense)."""
         labels, voxels = label_counts(whole)

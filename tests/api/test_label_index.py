@@ -158,3 +158,22 @@ def test_an_older_channel_is_registered_at_start_and_indexed_by_reindex(admin: A
     said = io.StringIO()
     call_command("ndstore_prepare", stderr=said, stdout=io.StringIO())
     assert "LABEL INDEX" not in said.getvalue()
+
+
+def test_a_deleted_label_channel_leaves_no_entry(admin: APIClient) -> None:
+    """Every entry and mark of a deleted channel goes, those of a write that died before its
+    object was put too: a later channel given its id (a restored database) starts empty."""
+    from ndstore.api.lookups import channel_volume
+    from ndstore.api.models import Channel
+    from ndstore.wiring import services
+
+    labelled(admin, "ld")
+    services().cache_tier.flush_all()  # the cached write in the base tier (the NDBlaze one stays pending)
+    labels = services().labels
+    assert labels is not None
+    volume = channel_volume(Channel.objects.get(name="ann")).volume_key(2, 0)
+    labels.index.begin({volume.supercuboid(3): {42: 1}}, "writing")  # died before its object was put
+    ours = prefix("ann")
+    assert len(labels.index.indexed(ours)) == 3
+    assert admin.delete("/v1/collection/ld/experiment/e1/channel/ann/").status_code == 204
+    assert labels.index.indexed(ours) == []
