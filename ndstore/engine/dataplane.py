@@ -144,10 +144,12 @@ class DataPlane:
             return _nonzero(self.read(cutout))
         self.cache.guard([p.key.name for p in whole])  # a supercuboid marked lost answers 503, as a read
         self.cache.flush([p.key.name for p in whole])  # cached writes reach the base tier and its index
+        # the entries first, then which supercuboids are doubtful: one whose write began while
+        # its entries were read is marked by then, and read instead
+        held = labels.labels_of(list({p.key: None for p in whole}))
         doubtful = self._doubtful(cutout, labels)
         indexed = {p for p in whole if p.key.name not in doubtful}
-        held = labels.labels_of([p.key for p in indexed])
-        found = [np.fromiter((label for counts in held.values() for label in counts), np.uint64)]
+        found = [np.fromiter((label for p in indexed for label in held[p.key]), np.uint64)]
         for p in cutout.plan().parts:
             if p not in indexed:
                 t = cutout.times[p.time_index]

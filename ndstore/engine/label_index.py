@@ -18,9 +18,9 @@ voxels of a marked supercuboid instead of trusting its entries, and the next sto
 recorded as marked only ("dense"): its writes stay bounded, its reads go to the voxels.
 
 Only the channels registered in the index are kept (label channels: registered when created,
-or by `ndstore prepare`/`reindex --labels` for older ones). A process remembers a registered
-channel for good, and an unregistered one for `unknown_ttl_s`: a rebuild that registers a
-channel waits that long before it counts, so that no process still skips it.
+or by `ndstore_prepare` and `ndstore reindex --labels` for older ones). A process remembers a
+registered channel for good, and an unregistered one for `unknown_ttl_s`: a rebuild of a channel
+that was not complete waits that long before it counts, so that no process still skips it.
 """
 
 from __future__ import annotations
