@@ -10,7 +10,7 @@ default (a directory, SQLite files, a redis-server of its own):
   `--supercuboids` stored supercuboids: answered from the index against a voxel scan (the same
   channel before it is registered: what every release before the index did).
 
-    python -m benchmarks.bench_label_index [--supercuboids 32] [--rounds 5]
+    python -m benchmarks.bench_label_index [--supercuboids 32] [--rounds 5] [--quick]
 """
 
 from __future__ import annotations
@@ -141,7 +141,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--supercuboids", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="8 supercuboids, 2 rounds")
     args = parser.parse_args()
+    if args.quick:
+        args.supercuboids, args.rounds = 8, 2
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ports = free_port(), free_port()
