@@ -156,7 +156,7 @@ def main() -> None:
                         "NDSTORE_REDIS_URL": f"redis://127.0.0.1:{ports[0]}/0",
                         "NDSTORE_BLAZE_REDIS_URL": f"redis://127.0.0.1:{ports[1]}/0"}
             svc = wiring.build(Config.from_env(settings))
-            svc.cache_tier.verify()
+            svc.cache_tier.loss.verify()
             svc.blaze_ledger.verify()
             table = counting(args.rounds) + storing(svc, args.rounds) + reads(svc, args.supercuboids, args.rounds)
             svc.close()

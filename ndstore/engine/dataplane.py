@@ -142,7 +142,7 @@ class DataPlane:
         whole = self._whole_parts(cutout) if labels is not None else []
         if labels is None or not whole:
             return _nonzero(self.read(cutout))
-        self.cache.guard([p.key.name for p in whole])  # a supercuboid marked lost answers 503, as a read
+        self.cache.loss.guard([p.key.name for p in whole])  # a supercuboid marked lost answers 503, as a read
         self.cache.flush([p.key.name for p in whole])  # cached writes reach the base tier and its index
         # the entries first, then which supercuboids are doubtful: one whose write began while
         # its entries were read is marked by then, and read instead

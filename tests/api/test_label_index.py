@@ -168,7 +168,7 @@ def test_a_deleted_label_channel_leaves_no_entry(admin: APIClient) -> None:
     from ndstore.wiring import services
 
     labelled(admin, "ld")
-    services().cache_tier.flush_all()  # the cached write in the base tier (the NDBlaze one stays pending)
+    services().cache_tier.upkeep.flush_all()  # the cached write in the base tier (the NDBlaze one stays pending)
     labels = services().labels
     assert labels is not None
     volume = channel_volume(Channel.objects.get(name="ann")).volume_key(2, 0)

@@ -44,7 +44,7 @@ def svc(tmp_path: Path, redis_url: str, blaze_redis_url: str,
     for name in [n for n in os.environ if n.startswith("NDSTORE_")]:
         monkeypatch.delenv(name)
     services = wiring.build(Config.from_env(settings))
-    services.cache_tier.verify()
+    services.cache_tier.loss.verify()
     services.blaze_ledger.verify()  # as the service's start does
     yield services
     services.close()
@@ -129,7 +129,7 @@ def test_every_path_to_the_base_tier_keeps_the_index(svc: wiring.Services, ch: C
     # a cache write: nothing in the base tier until written back, then indexed
     plane.write(cut(ch, (0, 0, 0), (300, 200, 4)), blob((4, 200, 300), [0, 5, TOP], 1))
     assert indexed(svc, ch, 0) == {}
-    svc.cache_tier.flush_all()
+    svc.cache_tier.upkeep.flush_all()
     assert_index_is_the_voxels(svc, ch)
     assert set(indexed(svc, ch, 0)[ch.volume_key(0, 0).supercuboid(0)]) == {5, TOP}  # never 0
     # a direct write over two supercuboids, partly over the first's labels
@@ -233,7 +233,7 @@ def test_ids_and_boundingbox_answer_what_a_voxel_scan_answers(svc: wiring.Servic
         labels = [0, *rng.integers(1, 1000, 3).tolist(), top]
         svc.plane.write(cut(ch, lo, hi, t=i % 2), blob(shape, labels, i, dtype), paths[i % 3])
         if i == 5:
-            svc.cache_tier.flush_all()
+            svc.cache_tier.upkeep.flush_all()
             svc.merger.merge(svc.blaze_buffer.pending_names())
     for t in (0, 1):
         for lo, hi in (((0, 0, 0), (2 * sx, sy, sz + sz // 2)), ((0, 0, 0), (sx, sy, sz)),
