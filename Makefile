@@ -45,6 +45,7 @@ bench: system-deps venv
 	$(PY) -m benchmarks.bench_load
 	$(PY) -m benchmarks.bench_reliability
 	$(PY) -m benchmarks.bench_memory
+	$(PY) -m benchmarks.bench_label_index
 	$(PY) -m benchmarks.summary
 
 bench-quick: system-deps venv
@@ -55,6 +56,7 @@ bench-quick: system-deps venv
 	$(PY) -m benchmarks.bench_downsample --quick
 	$(PY) -m benchmarks.bench_viewer --quick
 	$(PY) -m benchmarks.bench_reliability --quick
+	$(PY) -m benchmarks.bench_label_index --quick
 	$(PY) -m benchmarks.bench_memory --quick
 	$(PY) -m benchmarks.summary
 

@@ -62,6 +62,11 @@ class Config:
     index: str = _env("NDSTORE_INDEX", "sqlite")
     dynamodb_table: str = _env("NDSTORE_DYNAMODB_TABLE", "ndstore-supercuboid-index")
     dynamodb_endpoint_url: str | None = _env("NDSTORE_DYNAMODB_ENDPOINT_URL", None)
+    # the label index of label channels (docs/design/label-index.md): its backend, empty for the
+    # index's own (sqlite: labels.sqlite3 beside index.sqlite3; dynamodb: the table below, empty
+    # for `<NDSTORE_DYNAMODB_TABLE>-labels`), or `off` (ids and boundingbox then scan voxels)
+    label_index: str = _env("NDSTORE_LABEL_INDEX", "")
+    label_index_table: str = _env("NDSTORE_LABEL_INDEX_TABLE", "")
     aws_region: str = _env("AWS_DEFAULT_REGION", "us-east-1")
     # connect and read timeout of each base-tier S3/DynamoDB attempt (empty: botocore's 60 s)
     aws_timeout_s: float | None = _env("NDSTORE_AWS_TIMEOUT_S", 10.0, _optional(float))
@@ -191,6 +196,19 @@ class Config:
     @property
     def index_path(self) -> Path:
         return self.data_dir / "index.sqlite3"
+
+    @property
+    def label_index_path(self) -> Path:
+        return self.data_dir / "labels.sqlite3"
+
+    @property
+    def label_backend(self) -> str:
+        """The label index's backend: NDSTORE_LABEL_INDEX, or the supercuboid index's."""
+        return self.label_index or self.index
+
+    @property
+    def label_table(self) -> str:
+        return self.label_index_table or f"{self.dynamodb_table}-labels"
 
     @property
     def ingest_dir(self) -> Path:

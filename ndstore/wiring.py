@@ -27,16 +27,19 @@ from ndstore.engine.direct import CoherentDirect
 from ndstore.engine.downsample import Downsampler, DownsampleRuns
 from ndstore.engine.index_check import GuardedIndex
 from ndstore.engine.ingest import Ingest
+from ndstore.engine.label_index import LabelKeeper
 from ndstore.engine.ledger import LedgerKeeper
 from ndstore.engine.levels import StoredLevels
 from ndstore.storage import redis_client
 from ndstore.storage.aws import Credentials
 from ndstore.storage.blaze_buffer import RedisBlazeBuffer, RedisMergeRequests, RedisMergerPresence
 from ndstore.storage.dynamodb import DynamoSupercuboidIndex
+from ndstore.storage.dynamodb_label_index import DynamoLabelIndex
 from ndstore.storage.filestore import FileObjectStore
 from ndstore.storage.generation import RedisGeneration
 from ndstore.storage.interfaces import (
     JobState,
+    LabelIndex,
     ObjectStore,
     RWLocks,
     SupercuboidIndex,
@@ -55,6 +58,7 @@ from ndstore.storage.rwlock import RedisRWLocks
 from ndstore.storage.s3 import S3ObjectStore
 from ndstore.storage.sqlite_index import SqliteSupercuboidIndex
 from ndstore.storage.sqlite_job_state import SqliteJobState
+from ndstore.storage.sqlite_label_index import SqliteLabelIndex
 from ndstore.storage.sqlite_queue import SqliteQueues
 from ndstore.storage.sqs import SqsQueues
 from ndstore.storage.tile_bucket import S3TileBucket
@@ -78,6 +82,12 @@ INDEXES: dict[str, Callable[[Config], SupercuboidIndex]] = {
     "sqlite": lambda c: SqliteSupercuboidIndex(c.index_path),
     "dynamodb": lambda c: DynamoSupercuboidIndex(c.dynamodb_table, c.dynamodb_endpoint_url, c.aws_region,
                                                  c.aws_timeout_s, credentials(c)),
+}
+LABEL_INDEXES: dict[str, Callable[[Config], LabelIndex | None]] = {
+    "sqlite": lambda c: SqliteLabelIndex(c.label_index_path),
+    "dynamodb": lambda c: DynamoLabelIndex(c.label_table, c.dynamodb_endpoint_url, c.aws_region, c.aws_timeout_s,
+                                           credentials(c)),
+    "off": lambda c: None,
 }
 LOCKS: dict[str, Callable[[Config, Observer], RWLocks]] = {
     "local": lambda c, o: LocalLocks(),
@@ -136,6 +146,7 @@ class Services:
     config: Config
     objects: ObjectStore  # the base tier's store (supercuboids, ledgers, the index's stale mark)
     index: GuardedIndex  # refuses to list a volume while marked stale (ndstore/engine/index_check.py)
+    labels: LabelKeeper | None  # the label index of label channels; None when it is off
     locks: RWLocks  # shared leases; the cache tier's supercuboid locks are its own business
     metrics: RedisMetrics  # what every process counts, for /metrics (the engine's Observer)
     cache_tier: CacheTier
@@ -204,7 +215,8 @@ def build(config: Config) -> Services:
     locks = _pick(LOCKS, "lock", config.locks)(config, metrics)
     objects.ensure_ready()
     index.ensure_ready()
-    base = BaseTier(objects, index, locks, config.io_parallelism, config.read_window_bytes)
+    labels = _label_keeper(config)
+    base = BaseTier(objects, index, locks, config.io_parallelism, config.read_window_bytes, labels)
     cache_url = config.cache_redis_url or config.redis_url
     # small reads and writes skip the locks when the locks' keys live in the cache's Redis: the
     # cache adapter, told so, offers lock-free commits (RedisCuboidCache.lock_free)
@@ -223,15 +235,29 @@ def build(config: Config) -> Services:
         "lock_redis": redis_client.connect(config.redis_url, probe_timeout).ping,
         "blaze_redis": redis_client.connect(config.blaze_redis_url, probe_timeout).ping,
         "object_store": objects.ensure_ready, "index": index.ensure_ready,
+        **({"label_index": labels.index.ensure_ready} if labels else {}),
     }
     blaze = BlazeTier(buffer, direct, blaze_ledger)
     budget = ByteBudget(config.worker_bytes_in_flight or largest_write(config.max_cutout_bytes,
                                                                        config.read_window_bytes),
                         config.anon_bytes_in_flight)
-    plane = DataPlane(cache, blaze, index, StoredLevels(objects), budget, config.read_window_bytes)
-    return Services(config, objects, index, locks, metrics, cache, direct, plane, buffer,
+    plane = DataPlane(cache, blaze, index, StoredLevels(objects), budget, config.read_window_bytes, labels)
+    return Services(config, objects, index, labels, locks, metrics, cache, direct, plane, buffer,
                     RedisMergeRequests(blaze_redis), RedisMergerPresence(blaze_redis), blaze, Merger(buffer, cache),
                     blaze_ledger, probes)
+
+
+def _label_keeper(config: Config) -> LabelKeeper | None:
+    """The label index made ready, or None when it is off. A damaged SQLite file set aside leaves
+    an empty index, which serves no channel until `ndstore reindex --labels`: said in one line."""
+    index = _pick(LABEL_INDEXES, "label index", config.label_backend)(config)
+    if index is None:
+        return None
+    found = index.ensure_ready()
+    if found is not None:
+        log.warning("LABEL INDEX SET ASIDE: %s; ids and boundingbox read voxels until an operator runs "
+                    "`ndstore reindex --labels`", found)
+    return LabelKeeper(index)
 
 
 class _BuiltOnce:

@@ -1,4 +1,5 @@
-"""Advance the metadata generation (meta_cache.py) on every change to what it caches."""
+"""Advance the metadata generation (meta_cache.py) on every change to what it caches; register a
+new annotation channel in the label index (label_channels.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
-from ndstore.api import meta_cache
+from ndstore.api import label_channels, meta_cache
 from ndstore.api.models import ApiToken, Channel, Collection, CoordinateFrame, Experiment, Grant
 from ndstore.core.errors import StorageError
 from ndstore.wiring import metadata_generation
@@ -34,3 +35,4 @@ def connect() -> None:
     for model in (Collection, Experiment, Channel, CoordinateFrame, Grant, ApiToken, get_user_model()):
         post_save.connect(metadata_changed, sender=model, dispatch_uid=f"ndmeta-save-{model.__name__}")
         post_delete.connect(metadata_changed, sender=model, dispatch_uid=f"ndmeta-delete-{model.__name__}")
+    post_save.connect(label_channels.registered_when_created, sender=Channel, dispatch_uid="ndlabels-channel")

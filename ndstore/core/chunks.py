@@ -172,6 +172,15 @@ def decode_supercuboid_region(obj: bytes, region: Box, out: npt.NDArray[np.gener
     decode_blobs_region({n: whole[a:b] for n, (a, b) in enumerate(spans)}, cuboid, counts, region, out, mapper)
 
 
+def decode_supercuboid(obj: bytes, mapper: Mapper[Any, None] = map) -> npt.NDArray[np.generic]:
+    """The whole supercuboid of an object, (z, y, x), in the dtype its header names."""
+    dtype, cuboid, counts, _ = _entries(obj)
+    x, y, z = (c * n for c, n in zip(cuboid, counts))
+    out = np.empty((z, y, x), dtype)  # every cuboid is decoded into it (an empty one as zeros)
+    decode_supercuboid_region(obj, Box((0, 0, 0), (x, y, z)), out, mapper)
+    return out
+
+
 def decode_blobs_region(blobs: dict[int, bytes] | dict[int, memoryview], cuboid: XYZ, counts: XYZ, region: Box,
                         out: npt.NDArray[np.generic], mapper: Mapper[Any, None] = map) -> None:
     """Like decode_supercuboid_region, from cuboid blobs by number (at least those the region

@@ -30,6 +30,12 @@ class VolumeKey:
     def partition(self) -> str:
         return SEPARATOR.join(str(v) for v in self._fields())
 
+    @property
+    def channel_prefix(self) -> str:
+        """`<collection_id>&<experiment_id>&<channel_id>&`: the start of the names of every
+        supercuboid of its channel (ChannelVolume.name_prefix)."""
+        return SEPARATOR.join(str(v) for v in self._fields()[:3]) + SEPARATOR
+
     def _fields(self) -> tuple[int, ...]:
         return (self.collection_id, self.experiment_id, self.channel_id, self.resolution, self.time)
 

@@ -12,7 +12,9 @@ of one supercuboid cannot lose each other's voxels), read-modify-write the partl
 and never store an all-zero supercuboid: a write that zeroes one deletes it.
 
 Ordering keeps the index a superset of the stored objects: on put the index entry goes first,
-on delete the object goes first. A crash in between leaves a harmless extra index entry.
+on delete the object goes first. A crash in between leaves a harmless extra index entry. The
+label index (label_index.py) is kept the same way, around every put and delete of a supercuboid
+of a label channel.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import itertools
 import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -33,6 +36,7 @@ from ndstore.core.keys import SupercuboidKey
 from ndstore.core.parallel import run_all
 from ndstore.core.plan import PlannedPart
 from ndstore.engine.index_check import stored_with_prefix
+from ndstore.engine.label_index import LabelKeeper
 from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.storage.interfaces import ExclusiveLocks, ObjectStore, SupercuboidIndex
 
@@ -43,11 +47,12 @@ PURGE_BATCH = 1000  # supercuboids deleted (and locked) at once by a purge
 
 class BaseTier:
     def __init__(self, objects: ObjectStore, index: SupercuboidIndex, locks: ExclusiveLocks, parallelism: int = 8,
-                 read_window_bytes: int = READ_WINDOW_BYTES):
+                 read_window_bytes: int = READ_WINDOW_BYTES, labels: LabelKeeper | None = None):
         self.read_window_bytes = read_window_bytes
         self.objects = objects
         self.index = index
         self.locks = locks
+        self.labels = labels  # None: no label index kept
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="base-tier")
         # Per-cuboid codec work of one supercuboid; a pool of its own, so a task of _pool that
         # waits on it can never starve it.
@@ -108,18 +113,23 @@ class BaseTier:
 
     def store_array(self, key: SupercuboidKey, whole: Array, grid: Grid) -> None:
         """Encode a whole (z, y, x) supercuboid and `store` it; the caller holds its write lock."""
-        self.store(key, encode_supercuboid(whole, grid.cuboid, grid.cuboids_per_super, self._codec.map))
+        self.store(key, encode_supercuboid(whole, grid.cuboid, grid.cuboids_per_super, self._codec.map), whole)
 
-    def store(self, key: SupercuboidKey, blob: bytes | None) -> None:
+    def store(self, key: SupercuboidKey, blob: bytes | None, whole: Array | None = None) -> None:
         """Put an encoded supercuboid, or delete it when None (all zeros), index first on put and
-        last on delete. The caller holds the supercuboid's write lock (or a read lock that keeps
-        writers of it out)."""
-        if blob is None:
-            self.objects.delete_many([key.object_key])
-            self.index.delete_many([key])
-        else:
-            self.index.put_many([key])
-            self.objects.put_many({key.object_key: blob})
+        last on delete, the label index around both (``whole``: the array, if the caller has
+        it). The caller holds the supercuboid's write lock (or a read lock that keeps writers of
+        it out)."""
+        with self._labelled(key, blob, whole):
+            if blob is None:
+                self.objects.delete_many([key.object_key])
+                self.index.delete_many([key])
+            else:
+                self.index.put_many([key])
+                self.objects.put_many({key.object_key: blob})
+
+    def _labelled(self, key: SupercuboidKey, blob: bytes | None, whole: Array | None) -> AbstractContextManager[None]:
+        return nullcontext() if self.labels is None else self.labels.storing(key, blob, whole, self._codec.map)
 
     def read_supercuboid(self, key: SupercuboidKey, grid: Grid, dtype: np.dtype) -> Array:
         """One whole supercuboid as a (z, y, x) array, zeros where nothing is stored."""
@@ -145,11 +155,13 @@ class BaseTier:
         left = stored_with_prefix(self.objects, prefix)
         while batch := list(itertools.islice(left, PURGE_BATCH)):
             count += self._delete(batch)
+        if self.labels is not None:
+            self.labels.forget(prefix)  # and label entries of no object (a write that died before its put)
         return count
 
     def _delete(self, keys: list[SupercuboidKey]) -> int:
         """Delete stored supercuboids under their write locks, each object before its index entry."""
-        with self.locks.hold([k.name for k in keys]):
+        with self.locks.hold([k.name for k in keys]), self.labels.deleting(keys) if self.labels else nullcontext():
             self.objects.delete_many([k.object_key for k in keys])
             self.index.delete_many(keys)
         return len(keys)

@@ -5,7 +5,8 @@ It alone decides
   shows at once in every view (DESIGN §5): a read sees the writes still pending in NDBlaze unless
   it asks for the base tier as it is;
 - what a request holds in a web worker while it is served (`reserve`, ndstore/engine/cost.py);
-- the reads derived from voxels (`ids`, `bounding_box`);
+- the reads derived from voxels (`ids`, `bounding_box`), answered from the label index where it
+  can be trusted (label_index.py);
 - which levels hold data (`levels`, a LevelRecord every voxel writer reaches).
 
 NDBlaze comes in as a `Buffered` tier (the blaze package sits above the engine), so the layers
@@ -26,10 +27,13 @@ from ndstore.core import morton
 from ndstore.core.errors import StorageError
 from ndstore.core.geometry import Box
 from ndstore.core.keys import SEPARATOR, SupercuboidKey
+from ndstore.core.labels import in_range
+from ndstore.core.plan import PlannedPart
 from ndstore.engine.cache.tier import CacheTier
 from ndstore.engine.cost import ByteBudget, Reservation, cost
 from ndstore.engine.direct import CoherentDirect, RawReads
 from ndstore.engine.index_check import GuardedIndex
+from ndstore.engine.label_index import LabelKeeper
 from ndstore.engine.levels import LevelRecord
 from ndstore.engine.volume import ChannelVolume, Cutout
 
@@ -80,7 +84,8 @@ class Tier(Protocol):
 
 class DataPlane:
     def __init__(self, cache: CacheTier, buffered: Buffered, index: GuardedIndex, levels: LevelRecord,
-                 budget: ByteBudget, window_bytes: int):
+                 budget: ByteBudget, window_bytes: int, labels: LabelKeeper | None = None):
+        self.labels = labels
         self.cache = cache
         self.direct = CoherentDirect(cache)
         self.raw = RawReads(cache)
@@ -129,23 +134,69 @@ class DataPlane:
 
     # -- derived reads ------------------------------------------------------------------------------
     def ids(self, cutout: Cutout) -> Array:
-        """The non-zero label ids in the box, ascending."""
-        ids = np.unique(self.read(cutout).reshape(-1))
-        nonzero: Array = ids[ids != 0]
-        return nonzero
+        """The non-zero label ids in the box, ascending. Where the channel's label index serves,
+        the supercuboids the box covers (within the level's extent) answer from it, once their
+        dirty cached copies are written back, unless they have NDBlaze writes pending or are
+        marked unsettled; the rest of the box is read."""
+        labels = self._serving(cutout.channel)
+        whole = self._whole_parts(cutout) if labels is not None else []
+        if labels is None or not whole:
+            return _nonzero(self.read(cutout))
+        self.cache.loss.guard([p.key.name for p in whole])  # a supercuboid marked lost answers 503, as a read
+        self.cache.flush([p.key.name for p in whole])  # cached writes reach the base tier and its index
+        # the entries first, then which supercuboids are doubtful: one whose write began while
+        # its entries were read is marked by then, and read instead
+        held = labels.labels_of(list({p.key: None for p in whole}))
+        doubtful = self._doubtful(cutout, labels)
+        indexed = {p for p in whole if p.key.name not in doubtful}
+        found = [np.fromiter((label for p in indexed for label in held[p.key]), np.uint64)]
+        for p in cutout.plan().parts:
+            if p not in indexed:
+                t = cutout.times[p.time_index]
+                found.append(_nonzero(self.read(Cutout(cutout.channel, cutout.resolution, p.part.region,
+                                                       range(t, t + 1)))).astype(np.uint64))
+        ids: Array = np.unique(np.concatenate(found)).astype(cutout.channel.dtype)
+        return ids
+
+    def _serving(self, channel: ChannelVolume) -> LabelKeeper | None:
+        """The label index, when it serves the channel (registered and complete)."""
+        return self.labels if self.labels is not None and self.labels.serves(channel.name_prefix) else None
+
+    def _whole_parts(self, cutout: Cutout) -> list[PlannedPart]:
+        """The parts that cover their supercuboid within the level's extent (nothing is ever
+        written outside it)."""
+        grid, extent = cutout.channel.grid(cutout.resolution), cutout.channel.extent(cutout.resolution)
+        return [p for p in cutout.plan().parts
+                if p.part.full or grid.supercuboid_box(p.part.index).intersect(extent) == p.part.region]
+
+    def _doubtful(self, cutout: Cutout, labels: LabelKeeper) -> set[str]:
+        """Names of the cutout's volumes' supercuboids whose index entries are not the voxels a
+        read sees: NDBlaze writes pending, or marked unsettled."""
+        volumes = [cutout.channel.volume_key(cutout.resolution, t) for t in cutout.times]
+        doubtful = {v.supercuboid(m).name for v in volumes for m in labels.unsettled(v)}
+        level = f"{cutout.channel.name_prefix}{cutout.resolution}{SEPARATOR}"
+        try:
+            doubtful.update(self.buffered.pending_names(level))
+        except StorageError as exc:
+            log.warning("ids without pending NDBlaze writes: %s", exc)
+        return doubtful
 
     def bounding_box(self, channel: ChannelVolume, resolution: int, label: int,
                      loose: bool) -> dict[str, list[int]] | None:
         """Where `label` occurs at `resolution`, over all time samples, as a Boss bounding box;
         `loose` widens it to cuboid boundaries (clipped to the level's extent). None if it occurs
-        nowhere. Reads every supercuboid of the level that is stored or has pending NDBlaze
-        writes (dirty cached ones are written back first, so the index lists them)."""
+        nowhere. Reads the supercuboids of the level that the channel's label index lists for the
+        label or marks unsettled (without a label index serving: every stored one), and those
+        with pending NDBlaze writes; dirty cached ones are written back first, so the indexes
+        list them."""
+        if not in_range(label, channel.dtype):
+            return None
         self.cache.write_back(f"{channel.name_prefix}{resolution}{SEPARATOR}")
         grid, extent = channel.grid(resolution), channel.extent(resolution)
         lo: list[int] = []
         hi: list[int] = []
         times: list[int] = []
-        for t, box in self._stored_boxes(channel, resolution):
+        for t, box in self._boxes_holding(channel, resolution, label):
             found = _span(self.read(Cutout(channel, resolution, box, range(t, t + 1)), Read.BASE)[0] == label, box)
             if found is None:
                 continue
@@ -160,13 +211,17 @@ class DataPlane:
         return {"x_range": [lo[0], hi[0]], "y_range": [lo[1], hi[1]], "z_range": [lo[2], hi[2]],
                 "t_range": [min(times), max(times) + 1]}
 
-    def _stored_boxes(self, channel: ChannelVolume, resolution: int) -> list[tuple[int, Box]]:
-        """(time, box within the level's extent) of each supercuboid the level stores or has
-        pending NDBlaze writes to, in time and Morton order."""
+    def _boxes_holding(self, channel: ChannelVolume, resolution: int, label: int) -> list[tuple[int, Box]]:
+        """(time, box within the level's extent) of each supercuboid that may hold `label`, in
+        time and Morton order: those the label index names (else every stored one) and those
+        with pending NDBlaze writes."""
+        labels = self._serving(channel)
         grid, extent = channel.grid(resolution), channel.extent(resolution)
         codes: set[tuple[int, int]] = set()
         for t in range(channel.num_time_samples):
-            codes.update((t, code) for code in self.index.mortons(channel.volume_key(resolution, t)))
+            volume = channel.volume_key(resolution, t)
+            listed = self.index.mortons(volume) if labels is None else labels.holding(volume, label)
+            codes.update((t, code) for code in listed)
         for name in self.buffered.pending_names(channel.name_prefix):
             key = SupercuboidKey.from_name(name)
             if key.volume.resolution == resolution:
@@ -189,6 +244,13 @@ class DataPlane:
         deleted = self.cache.purge(channel)
         self.levels.forget(channel)
         return deleted
+
+
+def _nonzero(data: Array) -> Array:
+    """The distinct non-zero values, ascending."""
+    ids = np.unique(data.reshape(-1))
+    nonzero: Array = ids[ids != 0]
+    return nonzero
 
 
 def _span(mask: npt.NDArray[np.bool_], origin: Box) -> tuple[list[int], list[int]] | None:

@@ -1,7 +1,8 @@
 """The `ndstore` commands that run the service or work on its data in place: `up` (the local
 stack), `daemons`, `blaze` (merge, merger, status), `runner`, `token`, `recover` (what a Redis
-lost), `reindex` (the supercuboid index rebuilt from the object store), and `downsample`
-(through the service's queues, or on Spark against a stack's data dir)."""
+lost), `reindex` (the supercuboid index, or with --labels the label index, rebuilt from the
+object store), and `downsample` (through the service's queues, or on Spark against a stack's
+data dir)."""
 
 from __future__ import annotations
 
@@ -202,11 +203,20 @@ def runner(workers: int | None) -> None:
 @commands.command()
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None,
               help="The data dir of a local stack (default: NDSTORE_DATA_DIR or ./.ndstore).")
-def reindex(data_dir: Path | None) -> None:
+@click.option("--labels", is_flag=True, help="Rebuild the label index of the annotation channels instead.")
+def reindex(data_dir: Path | None, labels: bool) -> None:
     """Rebuild the supercuboid index from the object store's self-describing keys (after the
     index was lost or restored from an older copy); bounding boxes, downsampling and deleting
-    channels are served again once it is done."""
+    channels are served again once it is done. With --labels, rebuild the label index of every
+    annotation channel from the stored supercuboids (after an upgrade, a crash or a damaged
+    index), while the service runs; ids and boundingbox answer from it once it is done."""
     _stack_env(data_dir)
+    if labels:
+        _django(data_dir)
+        from django.core.management import call_command
+
+        call_command("ndstore_reindex_labels")
+        return
     if data_dir is not None:
         os.environ["NDSTORE_DATA_DIR"] = str(data_dir.resolve())
     from ndstore.engine.index_check import reindex as rebuild

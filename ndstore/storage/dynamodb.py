@@ -34,6 +34,22 @@ def ensure_table(db: Any, table: str, keys: list[tuple[str, str, str]]) -> None:
     db.get_waiter("table_exists").wait(TableName=table)
 
 
+def batch_write(db: Any, table: str, requests: list[dict[str, Any]]) -> None:
+    """Put and delete requests, 25 to a BatchWriteItem, each batch retried until all is done."""
+    try:
+        for i in range(0, len(requests), 25):
+            pending = {table: requests[i : i + 25]}
+            for _ in range(8):
+                reply = db.batch_write_item(RequestItems=pending)
+                pending = reply.get("UnprocessedItems") or {}
+                if not pending:
+                    break
+            else:
+                raise StorageError("DynamoDB left items unprocessed after 8 tries")
+    except (ClientError, BotoCoreError) as exc:
+        raise StorageError(f"DynamoDB batch write failed: {exc}") from exc
+
+
 class DynamoSupercuboidIndex:
     def __init__(self, table: str, endpoint_url: str | None = None, region: str = "us-east-1",
                  timeout_s: float | None = None, credentials: Credentials | None = None):
@@ -57,18 +73,7 @@ class DynamoSupercuboidIndex:
         self._batch([{"DeleteRequest": {"Key": self._item(k)}} for k in keys])
 
     def _batch(self, requests: list[dict[str, Any]]) -> None:
-        try:
-            for i in range(0, len(requests), 25):
-                pending = {self.table: requests[i : i + 25]}
-                for _ in range(8):
-                    reply = self._db.batch_write_item(RequestItems=pending)
-                    pending = reply.get("UnprocessedItems") or {}
-                    if not pending:
-                        break
-                else:
-                    raise StorageError("DynamoDB left items unprocessed after 8 tries")
-        except (ClientError, BotoCoreError) as exc:
-            raise StorageError(f"DynamoDB batch write failed: {exc}") from exc
+        batch_write(self._db, self.table, requests)
 
     def mortons(self, volume: VolumeKey) -> list[int]:
         out: list[int] = []

@@ -8,7 +8,7 @@ runs against every implementation (tests/contracts/).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -58,6 +58,48 @@ class SupercuboidIndex(Protocol):
         """Every volume with an entry whose partition starts with ``prefix`` (a channel's
         `name_prefix`: its levels and time samples, whether its experiment declares them now or
         not), in order. Bulk operations only: on DynamoDB it scans the table."""
+
+
+class LabelIndex(Protocol):
+    """Which labels (uint64, 0 never) each stored supercuboid of a label channel holds, with a
+    voxel count for each, found both ways: the supercuboids of a label in a volume, the labels
+    of a supercuboid. A supercuboid being rewritten, or holding too many labels to record, is
+    marked unsettled (with why): its voxels, not its entries, say what it holds. The channels it
+    serves are registered, each complete or not yet (docs/design/label-index.md)."""
+
+    def ensure_ready(self, thorough: bool = False) -> str | None:
+        """Create the table or file if it is missing; as SupercuboidIndex.ensure_ready, a damaged
+        SQLite file is set aside (returns what was found), an empty index begun."""
+
+    def register(self, prefixes: Sequence[str], complete: bool) -> list[str]:
+        """Serve these channels (`ChannelVolume.name_prefix`) from now on; those not registered
+        before are recorded ``complete`` or not. Returns those newly recorded."""
+
+    def set_complete(self, prefixes: Sequence[str]) -> None:
+        """Every stored supercuboid of these registered channels is indexed now."""
+
+    def channel(self, prefix: str) -> bool | None:
+        """Whether a channel's index is complete; None when it is not registered."""
+
+    def begin(self, counts: Mapping[SupercuboidKey, Mapping[int, int]], why: str) -> None:
+        """Mark each supercuboid unsettled (``why``), then record the counts given: labels it
+        gains and labels whose count changes. Its other entries are kept."""
+
+    def settle(self, drops: Mapping[SupercuboidKey, Collection[int]], unmark: bool = True) -> None:
+        """Remove the labels given from each supercuboid, then (``unmark``) its mark."""
+
+    def labels_of(self, keys: Sequence[SupercuboidKey]) -> dict[SupercuboidKey, dict[int, int]]:
+        """label -> voxel count of each supercuboid ({} when it has no entry)."""
+
+    def supercuboids_of(self, volume: VolumeKey, label: int) -> dict[int, int]:
+        """Morton code -> voxel count of each supercuboid of ``volume`` recorded with ``label``."""
+
+    def unsettled(self, volume: VolumeKey) -> dict[int, str]:
+        """Morton code -> why, of each supercuboid of ``volume`` marked unsettled."""
+
+    def indexed(self, prefix: str) -> list[SupercuboidKey]:
+        """Every supercuboid with an entry or a mark whose name starts with ``prefix``, sorted.
+        Bulk operations only (a rebuild): on DynamoDB it scans the table."""
 
 
 # -- locks and the cache tier -----------------------------------------------------------------

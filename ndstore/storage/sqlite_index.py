@@ -7,7 +7,8 @@ aside, kept for forensics as `<file>.corrupt-<UTC time>`, and an empty index beg
 and `ensure_ready` says so, for the engine to mark the index stale (ndstore/engine/index_check.py)
 until `ndstore reindex` rebuilds it. One process moves it (a lock file serialises them); every
 connection notices a file replaced under it and opens the new one. Damage found later, by a
-query, is a StorageError (503) naming the file and the fix.
+query, is a StorageError (503) naming the file and the fix. `SqliteFile` is that handling of a
+file, shared with the label index (sqlite_label_index.py).
 """
 
 from __future__ import annotations
@@ -40,7 +41,16 @@ def damaged(exc: sqlite3.DatabaseError) -> bool:
     return isinstance(exc, _Damaged) or (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _DAMAGED
 
 
-class SqliteSupercuboidIndex:
+class SqliteFile:
+    """A SQLite file shared by processes: a connection per thread, opened again when the file is
+    replaced; a damaged file set aside by `ensure_ready`. A subclass names its schema, a table
+    that a check reads, and what it is, for messages."""
+
+    schema: tuple[str, ...]
+    probe: str  # a table of the schema
+    what: str
+    repair: str  # the command that sets a damaged file aside and rebuilds what it held
+
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._local = threading.local()
@@ -51,7 +61,8 @@ class SqliteSupercuboidIndex:
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(_SCHEMA)
+            for statement in self.schema:
+                conn.execute(statement)
         except BaseException:
             conn.close()
             raise
@@ -73,8 +84,8 @@ class SqliteSupercuboidIndex:
         try:
             return work(self._conn())
         except sqlite3.DatabaseError as exc:
-            hint = "; `ndstore reindex` sets a damaged index aside and rebuilds it" if damaged(exc) else ""
-            raise StorageError(f"the supercuboid index {self.path} cannot be used: {exc}{hint}") from exc
+            hint = f"; {self.repair} sets a damaged index aside and rebuilds it" if damaged(exc) else ""
+            raise StorageError(f"{self.what} {self.path} cannot be used: {exc}{hint}") from exc
 
     def ensure_ready(self, thorough: bool = False) -> str | None:
         """Create the file if it is missing. A file SQLite cannot read (with ``thorough``: any page
@@ -85,12 +96,12 @@ class SqliteSupercuboidIndex:
             return None
         except sqlite3.DatabaseError as exc:
             if not damaged(exc):
-                raise StorageError(f"the supercuboid index {self.path} cannot be opened: {exc}") from exc
+                raise StorageError(f"{self.what} {self.path} cannot be opened: {exc}") from exc
             return self._set_aside(exc, thorough)
 
     def _check(self, thorough: bool) -> None:
         conn = self._conn()
-        conn.execute("SELECT 1 FROM supercuboids LIMIT 1").fetchall()  # a file changed under an open connection
+        conn.execute(f"SELECT 1 FROM {self.probe} LIMIT 1").fetchall()  # a file changed under an open connection
         # Pages past the end of the file that the WAL cannot hold either: cut short. (Measured
         # after the page count: files only grow meanwhile, so a sound index is never suspected.)
         [(pages,)], [(page_size,)] = conn.execute("PRAGMA page_count"), conn.execute("PRAGMA page_size")
@@ -115,20 +126,27 @@ class SqliteSupercuboidIndex:
             except sqlite3.DatabaseError as again:
                 self._forget()
                 if not damaged(again):
-                    raise StorageError(f"the supercuboid index {self.path} cannot be opened: {again}") from again
+                    raise StorageError(f"{self.what} {self.path} cannot be opened: {again}") from again
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
             aside = _unused(self.path.with_name(f"{self.path.name}.corrupt-{stamp}"))
             for suffix in ("", "-wal", "-shm"):
                 if Path(f"{self.path}{suffix}").exists():
                     os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
             self._conn()
-        return f"the supercuboid index {self.path} is damaged ({exc}); it was moved aside to {aside}"
+        return f"{self.what} {self.path} is damaged ({exc}); it was moved aside to {aside}"
 
     def _forget(self) -> None:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
         self._local.conn = None
+
+
+class SqliteSupercuboidIndex(SqliteFile):
+    schema = (_SCHEMA,)
+    probe = "supercuboids"
+    what = "the supercuboid index"
+    repair = "`ndstore reindex`"
 
     def put_many(self, keys: Sequence[SupercuboidKey]) -> None:
         rows = [(k.volume.partition, k.morton, k.object_key) for k in keys]

@@ -1,4 +1,4 @@
-"""In-memory implementations of the ObjectStore, SupercuboidIndex and SharedMetrics ports: what an
+"""In-memory implementations of the ObjectStore, SupercuboidIndex, LabelIndex and SharedMetrics ports: what an
 engine test passes in when it tests the engine, not a backend (no directory, no SQLite file, no
 server). Each is a few dicts under a lock, safe for the engine's threads, gone with the object;
 each passes its port's contract suite (tests/contracts/).
@@ -7,7 +7,7 @@ each passes its port's contract suite (tests/contracts/).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from ndstore.core.keys import SupercuboidKey, VolumeKey
 from ndstore.core.observe import BUCKETS
@@ -79,6 +79,67 @@ class MemorySupercuboidIndex:
         with self._lock:
             partitions = [p for p in self._volumes if p.startswith(prefix)]
         return sorted(VolumeKey.parse_partition(p) for p in partitions)
+
+
+class MemoryLabelIndex:
+    """Supercuboid -> {label: count}, supercuboid -> why unsettled, channel prefix -> complete."""
+
+    def __init__(self) -> None:
+        self._labels: dict[SupercuboidKey, dict[int, int]] = {}
+        self._unsettled: dict[SupercuboidKey, str] = {}
+        self._channels: dict[str, bool] = {}
+        self._lock = threading.Lock()
+
+    def ensure_ready(self, thorough: bool = False) -> str | None:
+        return None  # nothing of it can be damaged
+
+    def register(self, prefixes: Sequence[str], complete: bool) -> list[str]:
+        with self._lock:
+            new = [p for p in dict.fromkeys(prefixes) if p not in self._channels]
+            self._channels.update(dict.fromkeys(new, complete))
+        return new
+
+    def set_complete(self, prefixes: Sequence[str]) -> None:
+        with self._lock:
+            self._channels.update({p: True for p in prefixes if p in self._channels})
+
+    def channel(self, prefix: str) -> bool | None:
+        with self._lock:
+            return self._channels.get(prefix)
+
+    def begin(self, counts: Mapping[SupercuboidKey, Mapping[int, int]], why: str) -> None:
+        with self._lock:
+            for key, found in counts.items():
+                self._unsettled[key] = why
+                self._labels.setdefault(key, {}).update(found)
+
+    def settle(self, drops: Mapping[SupercuboidKey, Collection[int]], unmark: bool = True) -> None:
+        with self._lock:
+            for key, labels in drops.items():
+                held = self._labels.get(key, {})
+                for label in labels:
+                    held.pop(label, None)
+                if not held:
+                    self._labels.pop(key, None)
+                if unmark:
+                    self._unsettled.pop(key, None)
+
+    def labels_of(self, keys: Sequence[SupercuboidKey]) -> dict[SupercuboidKey, dict[int, int]]:
+        with self._lock:
+            return {key: dict(self._labels.get(key, {})) for key in keys}
+
+    def supercuboids_of(self, volume: VolumeKey, label: int) -> dict[int, int]:
+        with self._lock:
+            return {key.morton: held[label] for key, held in self._labels.items()
+                    if key.volume == volume and label in held}
+
+    def unsettled(self, volume: VolumeKey) -> dict[int, str]:
+        with self._lock:
+            return {key.morton: why for key, why in self._unsettled.items() if key.volume == volume}
+
+    def indexed(self, prefix: str) -> list[SupercuboidKey]:
+        with self._lock:
+            return sorted(key for key in {*self._labels, *self._unsettled} if key.name.startswith(prefix))
 
 
 class MetricsTable:

@@ -3,8 +3,9 @@ truncated. On main every start (the prepare step of `ndstore up`, a web worker's
 daemons) died in the services' build with a raw sqlite3.DatabaseError traceback and no hint.
 Now the first start to open it moves the file aside (kept for forensics), begins an empty index,
 marks it stale and says so in one line naming the file, what is wrong and `ndstore reindex`; the
-service serves reads and writes, refuses what lists stored supercuboids (503 IndexStale), and
-`ndstore reindex` rebuilds the index from the object store."""
+service serves reads and writes (and a label channel's boundingbox, from its label index),
+refuses what lists stored supercuboids (503 IndexStale), and `ndstore reindex` rebuilds the index
+from the object store."""
 
 from __future__ import annotations
 
@@ -97,7 +98,10 @@ def test_a_damaged_index_is_set_aside_marked_stale_said_once_and_rebuilt_by_rein
     [kept] = [p for p in index.parent.glob(f"{index.name}.corrupt-*") if not p.name.endswith(("-wal", "-shm"))]
     assert kept.read_bytes() == damaged  # kept as found, for forensics
 
-    for refused in (admin.get(BBOX), admin.post("/v1/downsample/cx/e1/img8/"),
+    # a label channel's boundingbox answers from its label index, which the damage did not touch
+    assert admin.get(BBOX).json() == {"x_range": [900, 1000], "y_range": [600, 650], "z_range": [3, 5],
+                                      "t_range": [0, 1]}
+    for refused in (admin.post("/v1/downsample/cx/e1/img8/"),
                     admin.delete("/v1/collection/cx/experiment/e1/channel/img8/")):
         assert refused.status_code == 503, refused.content
         assert "damaged" in refused.json()["message"] and "ndstore reindex" in refused.json()["message"]

@@ -1,8 +1,9 @@
 """The supercuboid index lost while the service was stopped (its table emptied; a deleted SQLite
 file does the same). On main reads were fine but a bounding box answered 404, a downsample build
 reported DOWNSAMPLED with an empty level 1 and deleting the channel left every object behind.
-Now the start marks the index stale, those three are refused with a 503 naming the fix, and
-`ndstore reindex` rebuilds the index from the object store's self-describing keys."""
+Now the start marks the index stale, the downsample and the delete are refused with a 503 naming
+the fix, the bounding box of a label channel answers from its label index (a table of its own),
+and `ndstore reindex` rebuilds the index from the object store's self-describing keys."""
 
 from __future__ import annotations
 
@@ -63,7 +64,10 @@ def test_a_lost_index_is_found_at_start_refused_for_listing_and_rebuilt_by_reind
     assert "INDEX STALE" in said.getvalue()
 
     bbox = "/v1/boundingbox/ix/e1/ann/0/7/?type=tight"
-    for refused in (admin.get(bbox), admin.post("/v1/downsample/ix/e1/img8/"),
+    # a label channel's boundingbox answers from its label index, not from the lost one
+    assert admin.get(bbox).json() == {"x_range": [900, 1000], "y_range": [600, 650], "z_range": [3, 5],
+                                      "t_range": [0, 1]}
+    for refused in (admin.post("/v1/downsample/ix/e1/img8/"),
                     admin.delete("/v1/collection/ix/experiment/e1/channel/img8/")):
         assert refused.status_code == 503, refused.content
         assert "ndstore reindex" in refused.json()["message"]

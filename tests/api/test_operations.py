@@ -77,7 +77,8 @@ def test_healthz_names_every_part_and_answers_without_a_token(db: Any) -> None:
     assert r.status_code == 200, r.content
     body = r.json()
     assert body["status"] == "ok"
-    assert set(body["parts"]) == {"database", "cache_redis", "lock_redis", "blaze_redis", "object_store", "index"}
+    assert set(body["parts"]) == {"database", "cache_redis", "lock_redis", "blaze_redis", "object_store", "index",
+                                  "label_index"}
     head = APIClient().head("/healthz", HTTP_HOST="10.1.2.3:8000")
     assert head.status_code == 200 and head.content == b""  # the status is the answer
 

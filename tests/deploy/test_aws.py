@@ -407,19 +407,44 @@ def _schema(props: dict[str, Any]) -> tuple[list[Any], list[Any], str]:
 
 def test_index_tables_have_the_key_schema_the_code_creates() -> None:
     from ndstore.storage.dynamodb import DynamoSupercuboidIndex
+    from ndstore.storage.dynamodb_label_index import DynamoLabelIndex
     from ndstore.storage.job_state import DynamoJobState
 
     for adapter, (name, table) in (
             (DynamoSupercuboidIndex("t", "http://127.0.0.1:9"), ("storage.yaml", "SupercuboidIndexTable")),
+            (DynamoLabelIndex("t", "http://127.0.0.1:9"), ("storage.yaml", "LabelIndexTable")),
             (DynamoJobState("t", "http://127.0.0.1:9"), ("ingest.yaml", "TileIndexTable"))):
         props = template(name)["Resources"][table]["Properties"]
         assert _schema(props) == _schema(created_table(adapter)), table
 
 
+def test_each_role_does_to_the_label_index_what_its_code_does() -> None:
+    """Every process builds the label index (DescribeTable); the base tier's writers keep it
+    around each store and the web nodes read it (GetItem, Query, BatchWriteItem); the web nodes
+    register a new annotation channel and run `ndstore reindex --labels` (PutItem, UpdateItem,
+    Scan); the prepare task registers older ones (PutItem, GetItem). Nothing more."""
+    label = "dynamodb_label_index:DynamoLabelIndex."
+    ready = actions_of("dynamodb:ensure_table") - CREATE_IF_MISSING
+    keep = actions_of(f"{label}channel", f"{label}_query", "dynamodb:batch_write")
+    web = actions_of(f"{label}register", f"{label}set_complete", f"{label}indexed")
+    assert ready == {"dynamodb:DescribeTable"}
+    assert keep == {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchWriteItem"}
+    assert web == {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Scan"}
+    cases = (("ingest.yaml", "TileUploadedFunction", ready), ("ingest.yaml", "CleanupFunction", ready),
+             ("ingest.yaml", "SupercuboidFunction", ready | keep), ("ingest.yaml", "DownsampleFunction", ready | keep),
+             ("service.yaml", "TierTaskRole", ready | keep), ("service.yaml", "WebTaskRole", ready | keep | web),
+             ("service.yaml", "IngestTaskRole", ready),
+             ("service.yaml", "PrepareTaskRole", ready | {"dynamodb:PutItem", "dynamodb:GetItem"}))
+    for name, owner, needed in cases:
+        assert _granted(name, owner, {"LabelIndexTableName"}) == needed, owner
+
+
 def test_base_tier_storage_is_private_encrypted_and_kept() -> None:
     res = template("storage.yaml")["Resources"]
-    table = res["SupercuboidIndexTable"]
-    assert table["Properties"]["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
+    table, labels = res["SupercuboidIndexTable"], res["LabelIndexTable"]
+    for kept in (table, labels):
+        assert kept["Properties"]["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
+        assert kept["DeletionPolicy"] == kept["UpdateReplacePolicy"] == "Retain"
     bucket = res["CuboidBucket"]
     block = bucket["Properties"]["PublicAccessBlockConfiguration"]
     assert set(block) == {"BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"}

@@ -32,7 +32,7 @@ from tests.faults.conftest import LEASE_MS, TOKEN, Stack, wait_for
 
 pytestmark = pytest.mark.faults
 
-PARTS = {"database", "cache_redis", "lock_redis", "blaze_redis", "object_store", "index"}
+PARTS = {"database", "cache_redis", "lock_redis", "blaze_redis", "object_store", "index", "label_index"}
 # The stack's cache and locks share one redis-server (NDSTORE_CACHE_REDIS_URL unset): both fail.
 CACHE_SERVER_PARTS = {"cache_redis", "lock_redis"}
 DETECT_S = 10.0  # the first 503 after a fault, and the first 200 after the server is back (answers live 1 s)

@@ -5,7 +5,7 @@
 - `PUT /v1/cutout/to_black/{c}/{e}/{ch}/{res}/{x}/{y}/{z}/[{t}/]`: zeros written through the cache tier;
 - `GET /v1/ids/{c}/{e}/{ch}/{res}/{x}/{y}/{z}/[{t}/]`: the label ids in a box (annotation channels);
 - `GET /v1/boundingbox/{c}/{e}/{ch}/{res}/{id}/?type=loose|tight`: where a label id occurs, found
-  by reading every stored supercuboid of the level (no id index: its cost grows with the level);
+  by reading the supercuboids the label index lists for it (docs/design/label-index.md);
 - `GET /v1/reserve/{c}/{e}/{ch}/{count}`: a block of fresh annotation ids from a per-channel counter;
 - `GET|POST|PUT|DELETE /v1/meta/{c}[/{e}[/{ch}]]/?key=&value=`: metadata key-value pairs.
 """
@@ -113,7 +113,8 @@ class BoundingBoxView(APIView):
     @extend_schema(
         summary="Where a label occurs",
         description="The bounds of a label id at a resolution level, over all time samples, found by reading "
-                    "every stored supercuboid of the level (there is no id index).",
+                    "the supercuboids the channel's label index lists for it. An id beyond the channel's "
+                    "datatype occurs nowhere (404).",
         parameters=[OpenApiParameter("label", OpenApiTypes.INT, OpenApiParameter.PATH, description="the label id"),
                     OpenApiParameter("type", str, enum=["loose", "tight"], default="loose",
                                      description="loose widens the box to cuboid boundaries (clipped to the frame)")],

@@ -1,6 +1,8 @@
 """`django-admin ndstore_prepare`: migrate, create the storage, check both Redis servers against
 their ledgers (what they lost is refused and said) and the supercuboid index against the object
-store (sampled), ensure the admin and its token, and load the demo dataset when NDSTORE_DEMO=1.
+store (sampled), register annotation channels of an older release in the label index (said until
+`ndstore reindex --labels` indexes them), ensure the admin and its token, and load the demo
+dataset when NDSTORE_DEMO=1.
 Run by `ndstore up` (and the compose and AWS prepare tasks) before the web service."""
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from ndstore.api import label_channels
 from ndstore.api.demo import create_demo
 from ndstore.api.models import ApiToken, hash_token
 from ndstore.engine import index_check
@@ -28,6 +31,7 @@ class Command(BaseCommand):
         svc = services()  # building the services creates bucket and index
         check_for_loss(svc, self.stderr.write)
         check_index(svc, self.stderr.write)
+        label_channels.register_older(self.stderr.write)
         admin = ensure_admin(svc.config.data_dir)
         if os.environ.get("NDSTORE_DEMO") == "1" and create_demo(admin):
             self.stdout.write("demo dataset created: demo/em/image and demo/em/labels")
