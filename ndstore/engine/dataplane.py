@@ -47,6 +47,7 @@ class Read(enum.Enum):
     LIVE = "cache"  # every acknowledged write: through the cache tier, plus writes pending in NDBlaze
     BASE = "no_cache"  # the same voxels, from the base tier after dirty cached data is written back
     RAW = "raw"  # the base tier as it is: no dirty cached data, no pending NDBlaze write
+    BUFFERED = "blaze"  # the base tier plus every pending NDBlaze write; fails while NDBlaze cannot answer
 
 
 class Write(enum.Enum):
@@ -109,6 +110,8 @@ class DataPlane:
         viewer or a pipeline keeps working through an NDBlaze outage."""
         if mode is Read.RAW:
             return self.raw.read(cutout)
+        if mode is Read.BUFFERED:  # its caller asked for the pending writes: no answer without them
+            return self.buffered.read(cutout)
         if self._pending(cutout):
             return self.buffered.read(cutout)
         return (self.cache if mode is Read.LIVE else self.direct).read(cutout)

@@ -24,7 +24,7 @@ from ndstore.engine.dataplane import Read, Write
 from ndstore.engine.volume import Cutout, make_cutout
 from ndstore.wiring import services
 
-ACCESS_MODES = {mode.value: mode for mode in Read}  # ?access-mode=: cache, no_cache, raw
+ACCESS_MODES = {mode.value: mode for mode in (Read.LIVE, Read.BASE, Read.RAW)}  # ?access-mode=
 
 # What the refusals of the cutout routes mean, where a cutout says more than MEANINGS.
 REFUSALS = {
@@ -168,7 +168,7 @@ class BlazeCutoutView(CutoutView):
     their sequence number; reads return the base tier plus every pending write, in order."""
 
     writes_to = Write.BUFFERED
-    reads_from = {Read.LIVE: Read.BASE, Read.BASE: Read.BASE, Read.RAW: Read.RAW}
+    reads_from = {Read.LIVE: Read.BUFFERED, Read.BASE: Read.BUFFERED, Read.RAW: Read.RAW}
     parser_classes = RAW_BODY_PARSERS
     writes_supercuboids = False  # the body is buffered as it came; the merger applies it elsewhere
 
