@@ -28,6 +28,7 @@ from ndstore.engine.downsample import Downsampler, DownsampleRuns
 from ndstore.engine.index_check import GuardedIndex
 from ndstore.engine.ingest import Ingest
 from ndstore.engine.label_index import LabelKeeper
+from ndstore.engine.segments.fragments import Fragments
 from ndstore.engine.ledger import LedgerKeeper
 from ndstore.engine.levels import StoredLevels
 from ndstore.storage import redis_client
@@ -180,6 +181,11 @@ class Services:
         triggers = (stores.triggers, functions) if stores.triggers and functions else None
         return Ingest(stores.tiles, stores.state, stores.queues, self.direct, c.ingest_queue_prefix,
                       c.ingest_visibility_s, c.ingest_max_tries, Signer(c.secret_key, "ingest"), self.locks, triggers)
+
+    @functools.cached_property
+    def fragments(self) -> Fragments:
+        """The stored fragments of label channels' segmentation products."""
+        return Fragments(self.objects, self.labels)
 
     @functools.cached_property
     def downsampler(self) -> Downsampler:

@@ -30,6 +30,7 @@ STATUS = {
     errors.DataCorrupt: 500,
     errors.DataLost: 503,
     errors.IndexStale: 503,
+    errors.LabelIndexNotServing: 503,
     errors.Busy: 503,
     errors.ReadBudgetSpent: 429,
     BadSignature: 403,

@@ -111,3 +111,10 @@ class IndexStale(NDStoreError):
     older copy, or found damaged and set aside): what lists stored supercuboids (bounding boxes,
     downsampling, deleting a channel) would answer wrong, so it is refused (503) until
     `ndstore reindex` rebuilds it."""
+
+
+class LabelIndexNotServing(NDStoreError):
+    """A segmentation product needs the label index of a channel it does not serve yet (an older
+    channel, or an index set aside): 503 until `ndstore reindex --labels` completes it."""
+
+    retry_after_s = 30

@@ -106,15 +106,21 @@ def scale_info(volume: PrecomputedVolume, level: int, voxel_nm: tuple[float, flo
     return scale
 
 
+PRODUCTS = {"mesh": "mesh", "skeletons": "skeletons", "segment_properties": "segment_properties"}
+
+
 def info(volume: PrecomputedVolume, voxel_nm: tuple[float, float, float], encoding: str,
-         levels: Sequence[int]) -> dict[str, Any]:
-    """The `info` JSON of a channel: one scale per level of `levels` (those that hold data), finest first."""
+         levels: Sequence[int], products: bool = False) -> dict[str, Any]:
+    """The `info` JSON of a channel: one scale per level of `levels` (those that hold data),
+    finest first; with ``products`` (a label channel's), the directories of its segmentation
+    products, relative to the info."""
     return {
         "@type": "neuroglancer_multiscale_volume",
         "type": "segmentation" if volume.annotation else "image",
         "data_type": volume.dtype.name,
         "num_channels": 1,
         "scales": [scale_info(volume, level, voxel_nm, encoding) for level in levels],
+        **(PRODUCTS if products and volume.annotation else {}),
     }
 
 

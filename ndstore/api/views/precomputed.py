@@ -139,7 +139,8 @@ class InfoView(PrecomputedView):
     def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
         chan, volume, encoding = channel_for(request, kw)
         built = levels.built_levels(chan, volume)
-        body = json.dumps(precomputed.info(volume, voxel_nm_of(chan), encoding, built))
+        # a label channel's products are named in its default info (they are not per encoding)
+        body = json.dumps(precomputed.info(volume, voxel_nm_of(chan), encoding, built, products="encoding" not in kw))
         return channel_file(chan, body.encode(), "application/json")
 
 

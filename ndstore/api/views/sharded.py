@@ -59,7 +59,7 @@ class InfoView(PrecomputedView):
         chan, volume, _ = channel_for(request, kw)
         built = levels.built_levels(chan, volume)
         encoding = precomputed.default_encoding(volume)
-        body = precomputed.info(volume, voxel_nm_of(chan), encoding, built)
+        body = precomputed.info(volume, voxel_nm_of(chan), encoding, built, products=True)
         for scale in body["scales"]:
             scale["sharding"] = sharded.level_shards(volume, int(scale["key"]), encoding).sharding()
         return channel_file(chan, json.dumps(body).encode(), "application/json")
