@@ -1,9 +1,9 @@
 """The local stand-in for AWS Lambda's SQS triggers: worker processes poll the ingest queues
 (the tile-events queue the tile bucket notifies, every job's supercuboid and cleanup queues, the
-queue of stopped jobs' removal) and the downsample queues (`<prefix>-ds-<job>`)
-and hand batches to the same handlers, in the SQS event format; a record the handler reports as
-failed comes back after a short backoff and, after the queue's `max_tries` receives, lands in its
-dead-letter queue (SQS's redrive policy does that, as on AWS).
+queue of stopped jobs' removal), the downsample queues (`<prefix>-ds-<job>`) and the
+segmentation products queue (`<prefix>-seg`), and hand batches to the same handlers, in the SQS
+event format; a record the handler reports as failed comes back after a short backoff and, after
+the queue's `max_tries` receives, lands in its dead-letter queue (SQS's redrive policy does that, as on AWS).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lambdas import downsample
+from lambdas import downsample, segments
 from lambdas import ingest as handlers
 from ndstore.core.errors import StorageError
 from ndstore.core.observe import NULL, Observer
@@ -40,6 +40,8 @@ def handler_for(queue: str, prefix: str) -> Handler | None:
         return handlers.tile_uploaded
     if queue == f"{prefix}-reap":  # the removal of stopped jobs, a step at a time
         return handlers.cleanup
+    if queue == f"{prefix}-seg":  # rebuilds of label channels' segmentation products
+        return segments.rebuild
     if queue.endswith("-dlq") or not queue.startswith(f"{prefix}-"):
         return None
     if queue.endswith("-supercuboid"):

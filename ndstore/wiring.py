@@ -28,9 +28,11 @@ from ndstore.engine.downsample import Downsampler, DownsampleRuns
 from ndstore.engine.index_check import GuardedIndex
 from ndstore.engine.ingest import Ingest
 from ndstore.engine.label_index import LabelKeeper
-from ndstore.engine.segments.fragments import Fragments
 from ndstore.engine.ledger import LedgerKeeper
 from ndstore.engine.levels import StoredLevels
+from ndstore.engine.segments.builders import product_builders
+from ndstore.engine.segments.fragments import Fragments
+from ndstore.engine.segments.upkeep import ProductQueue, ProductUpkeep
 from ndstore.storage import redis_client
 from ndstore.storage.aws import Credentials
 from ndstore.storage.blaze_buffer import RedisBlazeBuffer, RedisMergeRequests, RedisMergerPresence
@@ -161,6 +163,7 @@ class Services:
     blaze_ledger: LedgerKeeper  # what the NDBlaze Redis holds unmerged, kept next to the base tier
     # each part the service needs, by name, and a call that fails unless it answers (/healthz)
     probes: Mapping[str, Callable[[], object]]
+    products: ProductUpkeep | None = None  # label channels' segmentation products; None with no label index
 
     def close(self) -> None:
         """Stop what runs in the background for these services and talks to their servers: the
@@ -185,7 +188,8 @@ class Services:
     @functools.cached_property
     def fragments(self) -> Fragments:
         """The stored fragments of label channels' segmentation products."""
-        return Fragments(self.objects, self.labels)
+        return self.products.fragments if self.products else Fragments(self.objects, self.labels)
+
 
     @functools.cached_property
     def downsampler(self) -> Downsampler:
@@ -222,7 +226,13 @@ def build(config: Config) -> Services:
     objects.ensure_ready()
     index.ensure_ready()
     labels = _label_keeper(config)
-    base = BaseTier(objects, index, locks, config.io_parallelism, config.read_window_bytes, labels)
+    products = None if labels is None else ProductUpkeep(
+        objects, Fragments(objects, labels), labels, locks, None, product_builders(),
+        functools.partial(_products_queue, config), functools.partial(Signer, config.secret_key, "segments"),
+        metrics)
+    base = BaseTier(objects, index, locks, config.io_parallelism, config.read_window_bytes, labels, products)
+    if products is not None:
+        products.base = base
     cache_url = config.cache_redis_url or config.redis_url
     # small reads and writes skip the locks when the locks' keys live in the cache's Redis: the
     # cache adapter, told so, offers lock-free commits (RedisCuboidCache.lock_free)
@@ -250,7 +260,16 @@ def build(config: Config) -> Services:
     plane = DataPlane(cache, blaze, index, StoredLevels(objects), budget, config.read_window_bytes, labels)
     return Services(config, objects, index, labels, locks, metrics, cache, direct, plane, buffer,
                     RedisMergeRequests(blaze_redis), RedisMergerPresence(blaze_redis), blaze, Merger(buffer, cache),
-                    blaze_ledger, probes)
+                    blaze_ledger, probes, products)
+
+
+def _products_queue(config: Config) -> ProductQueue:
+    """The queue of product rebuilds, among the ingest pipeline's queues (their stores are built
+    on first use: most processes never write a label channel)."""
+    stores = _pick(INGEST_BACKENDS, "ingest", config.ingest_backend or "local")(config)
+    fn = config.segments_function
+    return ProductQueue(stores.queues, f"{config.ingest_queue_prefix}-seg", config.ingest_visibility_s,
+                        config.ingest_max_tries, (stores.triggers, fn) if stores.triggers and fn else None)
 
 
 def _label_keeper(config: Config) -> LabelKeeper | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ndstore.api import lookups
 from ndstore.api.models import Channel
 from ndstore.core.keys import VolumeKey
 from ndstore.wiring import services
@@ -30,6 +31,8 @@ def registered_when_created(sender: Any, instance: Channel, created: bool, **_: 
     create (503), rolling it back: no annotation channel exists unregistered."""
     if created and instance.type == "annotation" and (labels := services().labels) is not None:
         labels.register([prefix_of(instance)], complete=True)
+        if (products := services().products) is not None:  # its segmentation products kept from its first write
+            products.describe(lookups.product_spec(instance))
 
 
 def register_older(say: Any) -> None:

@@ -6,8 +6,10 @@ import numpy as np
 
 from ndstore.api import meta_cache
 from ndstore.api.models import Channel, Collection, CoordinateFrame, Experiment
+from ndstore.core import precomputed
 from ndstore.core.errors import NotFound
 from ndstore.core.geometry import Box
+from ndstore.engine.segments.upkeep import ProductSpec
 from ndstore.engine.volume import ChannelVolume
 
 
@@ -71,3 +73,11 @@ def channel_volume(chan: Channel) -> ChannelVolume:
         write_through=chan.cache_write_through,
         annotation=chan.type == "annotation",
     )
+
+
+def product_spec(chan: Channel) -> ProductSpec:
+    """What a rebuild of a label channel's segmentation products needs: its geometry and voxel size in nm."""
+    frame = chan.experiment.coord_frame
+    voxel_nm = precomputed.voxel_size_nm((frame.x_voxel_size, frame.y_voxel_size, frame.z_voxel_size),
+                                         frame.voxel_unit)
+    return ProductSpec(channel_volume(chan), voxel_nm)

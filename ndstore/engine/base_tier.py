@@ -20,11 +20,12 @@ of a label channel.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -41,13 +42,23 @@ from ndstore.engine.volume import ChannelVolume, Cutout
 from ndstore.storage.interfaces import ExclusiveLocks, ObjectStore, SupercuboidIndex
 
 Array = npt.NDArray[Any]
+log = logging.getLogger("ndstore.base_tier")
 READ_WINDOW_BYTES = 64 << 20
 PURGE_BATCH = 1000  # supercuboids deleted (and locked) at once by a purge
 
 
+class ProductMarks(Protocol):
+    def changed(self, keys: list[SupercuboidKey]) -> None:
+        """Supercuboids were stored or deleted: what is derived from them is stale."""
+
+
 class BaseTier:
     def __init__(self, objects: ObjectStore, index: SupercuboidIndex, locks: ExclusiveLocks, parallelism: int = 8,
-                 read_window_bytes: int = READ_WINDOW_BYTES, labels: LabelKeeper | None = None):
+                 read_window_bytes: int = READ_WINDOW_BYTES, labels: LabelKeeper | None = None,
+                 products: ProductMarks | None = None):
+        """``products``: told of every supercuboid stored or deleted (segmentation products
+        derived from it go stale); None: no products kept."""
+        self.products = products
         self.read_window_bytes = read_window_bytes
         self.objects = objects
         self.index = index
@@ -127,6 +138,17 @@ class BaseTier:
             else:
                 self.index.put_many([key])
                 self.objects.put_many({key.object_key: blob})
+        if self.products is not None:
+            self._stale([key])
+
+    def _stale(self, keys: list[SupercuboidKey]) -> None:
+        """The products of stored supercuboids go stale. The voxels are stored whatever happens
+        here: a failure to mark is logged and counted, and a build of the channel's products
+        (POST /v1/segmentation/...) recovers from it."""
+        try:
+            self.products.changed(keys)  # type: ignore[union-attr]
+        except Exception:  # the write stands; its products lag until a build
+            log.exception("marking the segmentation products of %s stale failed", [k.name for k in keys])
 
     def _labelled(self, key: SupercuboidKey, blob: bytes | None, whole: Array | None) -> AbstractContextManager[None]:
         return nullcontext() if self.labels is None else self.labels.storing(key, blob, whole, self._codec.map)

@@ -4,6 +4,7 @@ file-store base tier in the test's own directory, and the same on the in-memory 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +13,8 @@ import numpy as np
 import pytest
 import redis
 
+from ndstore import wiring
+from ndstore.config import Config
 from ndstore.core.geometry import Box
 from ndstore.core.observe import NULL, Observer
 from ndstore.engine.base_tier import BaseTier
@@ -97,3 +100,21 @@ def small_channel(dtype: str = "uint16", write_through: bool = False, cid: int =
     sc = probe.grid(0).supercuboid
     frame = Box((0, 0, 0), (2 * sc[0], 2 * sc[1], sc[2] + sc[2] // 2))
     return ChannelVolume(1, 1, cid, np.dtype(dtype), frame, 2, "anisotropic", 1, write_through)
+
+
+@pytest.fixture
+def svc(tmp_path: Path, redis_url: str, blaze_redis_url: str,
+        monkeypatch: pytest.MonkeyPatch) -> Iterator[wiring.Services]:
+    """Services built by the wiring on the local default (a directory, SQLite files), real Redis."""
+    redis.Redis.from_url(redis_url).flushdb()
+    redis.Redis.from_url(blaze_redis_url).flushdb()
+    settings = {"NDSTORE_DATA_DIR": str(tmp_path), "NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite",
+                "NDSTORE_LOCKS": "redis", "NDSTORE_REDIS_URL": redis_url, "NDSTORE_BLAZE_REDIS_URL": blaze_redis_url,
+                "NDSTORE_FSYNC": "0", "NDSTORE_LOCK_LEASE_MS": "3000", "NDSTORE_SECRET_KEY": "engine-tests-secret-key"}
+    for name in [n for n in os.environ if n.startswith("NDSTORE_")]:
+        monkeypatch.delenv(name)
+    services = wiring.build(Config.from_env(settings))
+    services.cache_tier.loss.verify()
+    services.blaze_ledger.verify()  # as the service's start does
+    yield services
+    services.close()

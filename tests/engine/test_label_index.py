@@ -8,17 +8,12 @@ Services built by the wiring on the local default (a directory, SQLite files), r
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import redis
 
 from ndstore import wiring
-from ndstore.config import Config
 from ndstore.core.errors import StorageError
 from ndstore.core.geometry import Box
 from ndstore.core.keys import SupercuboidKey
@@ -31,23 +26,6 @@ from ndstore.testing.memory import MemoryLabelIndex, MemoryObjectStore
 
 TOP = 2**64 - 1
 LIMIT = 1 << 34
-
-
-@pytest.fixture
-def svc(tmp_path: Path, redis_url: str, blaze_redis_url: str,
-        monkeypatch: pytest.MonkeyPatch) -> Iterator[wiring.Services]:
-    redis.Redis.from_url(redis_url).flushdb()
-    redis.Redis.from_url(blaze_redis_url).flushdb()
-    settings = {"NDSTORE_DATA_DIR": str(tmp_path), "NDSTORE_OBJECT_STORE": "file", "NDSTORE_INDEX": "sqlite",
-                "NDSTORE_LOCKS": "redis", "NDSTORE_REDIS_URL": redis_url, "NDSTORE_BLAZE_REDIS_URL": blaze_redis_url,
-                "NDSTORE_FSYNC": "0", "NDSTORE_LOCK_LEASE_MS": "3000"}
-    for name in [n for n in os.environ if n.startswith("NDSTORE_")]:
-        monkeypatch.delenv(name)
-    services = wiring.build(Config.from_env(settings))
-    services.cache_tier.loss.verify()
-    services.blaze_ledger.verify()  # as the service's start does
-    yield services
-    services.close()
 
 
 def label_channel(cid: int = 1, times: int = 1, dtype: str = "uint64") -> ChannelVolume:

@@ -251,7 +251,10 @@ class ChannelView(ResourceView):
         if obj.downsample_jobs.filter(state="IN_PROGRESS").exists():
             raise Conflict(f"{obj.name} is being downsampled; cancel the build first "
                            "(DELETE /v1/downsample/{collection}/{experiment}/{channel}/)")
-        services().plane.purge(lookups.channel_volume(obj))
+        volume = lookups.channel_volume(obj)
+        services().plane.purge(volume)
+        if (products := services().products) is not None:
+            products.forget(volume.name_prefix)
 
 
 def names_schema(component: str, key: str, *codes: int, **kwargs: Any) -> Callable[[type], type]:

@@ -1,0 +1,2 @@
+class Skipped(Exception):
+    """A supercuboid too costly to build a product of; the message says why."""
