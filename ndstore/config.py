@@ -123,8 +123,6 @@ class Config:
     ingest_supercuboid_function: str = _env("NDSTORE_INGEST_SUPERCUBOID_FUNCTION", "")
     ingest_cleanup_function: str = _env("NDSTORE_INGEST_CLEANUP_FUNCTION", "")
     downsample_function: str = _env("NDSTORE_DOWNSAMPLE_FUNCTION", "")
-    # the Lambda function the segmentation products queue triggers on AWS; empty: the local runner polls it
-    segments_function: str = _env("NDSTORE_SEGMENTS_FUNCTION", "")
     ingest_workers: int = _env("NDSTORE_INGEST_WORKERS", 2, int)
     anon_read_rate: str = _env("NDSTORE_ANON_READ_RATE", "3000/min")
     # what one caller's data GETs may read, counted in the bytes each one reads to make its whole

@@ -267,9 +267,8 @@ def _products_queue(config: Config) -> ProductQueue:
     """The queue of product rebuilds, among the ingest pipeline's queues (their stores are built
     on first use: most processes never write a label channel)."""
     stores = _pick(INGEST_BACKENDS, "ingest", config.ingest_backend or "local")(config)
-    fn = config.segments_function
     return ProductQueue(stores.queues, f"{config.ingest_queue_prefix}-seg", config.ingest_visibility_s,
-                        config.ingest_max_tries, (stores.triggers, fn) if stores.triggers and fn else None)
+                        config.ingest_max_tries)
 
 
 def _label_keeper(config: Config) -> LabelKeeper | None:
@@ -372,3 +371,10 @@ def merger_for(config: Config) -> Merger:
 
 def downsampler_for(config: Config) -> Downsampler:
     return services_for(config).downsampler
+
+
+def products_for(config: Config) -> ProductUpkeep:
+    products = services_for(config).products
+    if products is None:
+        raise RuntimeError("segmentation products need the label index (NDSTORE_LABEL_BACKEND)")
+    return products

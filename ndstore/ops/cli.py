@@ -1,8 +1,8 @@
 """The `ndstore` commands that run the service or work on its data in place: `up` (the local
 stack), `daemons`, `blaze` (merge, merger, status), `runner`, `token`, `recover` (what a Redis
 lost), `reindex` (the supercuboid index, or with --labels the label index, rebuilt from the
-object store), and `downsample` (through the service's queues, or on Spark against a stack's
-data dir)."""
+object store), `downsample` and `segmentation` (through the service's queues, or on Spark against a
+stack's data dir)."""
 
 from __future__ import annotations
 
@@ -188,6 +188,39 @@ def downsample(channel: str, engine: str, server: str, token: str | None, master
     click.echo(json.dumps(result, indent=1))
     if result["status"] == "FAILED":
         raise click.ClickException("the build failed; see the levels above")
+
+
+@commands.command()
+@click.argument("channel")
+@click.option("--engine", type=click.Choice(["sqs", "spark"]), default="sqs", show_default=True,
+              help="sqs: ask the service to queue every rebuild (Lambda or the local runner); spark: run them here.")
+@click.option("--server", default="http://127.0.0.1:8000", show_default=True, help="The service (engine sqs).")
+@click.option("--token", envvar="NDSTORE_TOKEN", help="Token with admin permission on the channel (engine sqs).")
+@click.option("--master", default=None, help="Spark master (engine spark; default NDSTORE_SPARK_MASTER or local[*]).")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              help="Engine spark: the data dir of a local stack (its metadata and settings).")
+def segmentation(channel: str, engine: str, server: str, token: str | None, master: str | None,
+                 data_dir: Path | None) -> None:
+    """Rebuild every mesh and skeleton of the label CHANNEL (collection/experiment/channel)."""
+    import json
+
+    names = channel.split("/")
+    if len(names) != 3:
+        raise click.BadParameter(f"CHANNEL must be collection/experiment/channel, not {channel!r}")
+    if engine == "spark":
+        _stack_env(data_dir)
+        _django(data_dir)
+        from django.core.management import call_command
+
+        call_command("ndstore_segmentation", channel, master=master)
+        return
+    import requests
+
+    r = requests.post(f"{server.rstrip('/')}/v1/segmentation/{'/'.join(names)}/",
+                      headers={"Authorization": f"Token {token}"} if token else {}, timeout=60)
+    if r.status_code != 202:
+        raise click.ClickException(f"{r.status_code}: {r.text[:500]}")
+    click.echo(json.dumps(r.json(), indent=1))
 
 
 @commands.command()

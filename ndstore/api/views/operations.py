@@ -120,6 +120,15 @@ def _job_gauges(svc: Services) -> Iterator[Metric]:
     yield family
 
 
+def _segment_gauges(svc: Services) -> Iterator[Metric]:
+    if svc.products is None:
+        return
+    pending = svc.products.queued()
+    yield _gauge("segment_rebuilds_waiting", "supercuboids whose meshes and skeletons wait for a rebuild (queued)",
+                 pending.waiting)
+    yield _gauge("segment_rebuilds_in_flight", "rebuilds of meshes and skeletons under way", pending.in_flight)
+
+
 class ServiceCollector:
     def __init__(self, svc: Services):
         self.svc = svc
@@ -128,7 +137,7 @@ class ServiceCollector:
         errors = GaugeMetricFamily("ndstore_scrape_error", "1 where a part did not answer this scrape", labels=["part"])
         parts: list[tuple[str, Callable[[Services], Iterator[Metric]]]] = [
             ("counters", lambda s: _families(s.metrics.snapshot())), ("cache", _cache_gauges),
-            ("blaze", _blaze_gauges), ("jobs", _job_gauges)]
+            ("blaze", _blaze_gauges), ("jobs", _job_gauges), ("segments", _segment_gauges)]
         for part, families in parts:
             try:
                 yield from list(families(self.svc))

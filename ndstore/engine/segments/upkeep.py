@@ -42,7 +42,7 @@ from ndstore.core.signing import Signer
 from ndstore.engine.label_index import LabelKeeper
 from ndstore.engine.segments.fragments import LOW_SIDE, PREFIX, Fragments, low_side
 from ndstore.engine.volume import ChannelVolume, Cutout
-from ndstore.storage.interfaces import ExclusiveLocks, ObjectStore, Triggers, WorkQueue
+from ndstore.storage.interfaces import ExclusiveLocks, ObjectStore, QueueCounts, WorkQueue
 
 log = logging.getLogger("ndstore.segments")
 Array = npt.NDArray[Any]
@@ -85,11 +85,17 @@ class ProductQueue:
     name: str
     visibility_s: int
     max_tries: int
-    trigger: tuple[Triggers, str] | None = None  # on AWS: the Lambda API and the function the queue triggers
 
 
 def _name_of(mark_key: str, prefix: str) -> str:
     return mark_key[len(prefix):]
+
+
+def affected(spec: ProductSpec, stored: Iterable[int], t: int) -> list[SupercuboidKey]:
+    """Every supercuboid whose fragments the stored supercuboids (Morton codes, level 0, time
+    sample ``t``) reach: themselves and their low-side neighbours."""
+    volume = spec.channel.volume_key(0, t)
+    return [volume.supercuboid(code) for code in sorted(low_side(stored))]
 
 
 class ProductUpkeep:
@@ -168,11 +174,8 @@ class ProductUpkeep:
     def _products_queue(self) -> tuple[ProductQueue, str]:
         if self._queue is None:
             queue = self._queue_factory()
-            url = queue.queues.url(queue.name)
-            if url is None:
-                url = queue.queues.create(queue.name, queue.visibility_s, queue.max_tries)
-                if queue.trigger:
-                    queue.trigger[0].attach(queue.queues.arn(url), queue.trigger[1])
+            # on AWS the stack made it, with the trigger of its function (deploy/aws/ingest.yaml)
+            url = queue.queues.url(queue.name) or queue.queues.create(queue.name, queue.visibility_s, queue.max_tries)
             self._queue = (queue, url)
         return self._queue
 
@@ -181,9 +184,11 @@ class ProductUpkeep:
         """One queued rebuild (a message body); returns what it did."""
         return self.rebuild(SupercuboidKey.from_name(str(json.loads(body)["supercuboid"])))
 
-    def rebuild(self, key: SupercuboidKey) -> str:
+    def rebuild(self, key: SupercuboidKey, force: bool = False) -> str:
+        """Build the supercuboid's products if marked stale (``force``: whether marked or not,
+        as a whole-volume build does); returns what it did."""
         mark = self._mark_of(key)
-        if mark is None:
+        if mark is None and not force:
             return "fresh"  # a duplicate message: an earlier rebuild saw the same write
         spec = self.spec(key.volume.channel_prefix)
         if spec is None:  # the channel's products were dropped (its purge): nothing to build
@@ -193,12 +198,14 @@ class ProductUpkeep:
         outcome = "built"
         for kind, build in self.builders.items():
             outcome = self._build_one(kind, build, key, spec, box, block) if box is not None else "empty"
-        with self.locks.hold(self._markers_of(key)):
-            if self._mark_of(key) == mark:
-                self.objects.delete_many([f"{STALE}{key.name}"])
+        if mark is not None:
+            with self.locks.hold(self._markers_of(key)):
+                if self._mark_of(key) == mark:
+                    self.objects.delete_many([f"{STALE}{key.name}"])
         done = self._clock()
         self.observer.observe("segment_rebuild_seconds", done - started)
-        self.observer.observe("segment_rebuild_lag_seconds", done - float(mark["since"]))
+        if mark is not None:
+            self.observer.observe("segment_rebuild_lag_seconds", done - float(mark["since"]))
         self.observer.count("segment_rebuilds_total", outcome=outcome)
         return outcome
 
@@ -248,8 +255,7 @@ class ProductUpkeep:
         """Describe the channel and mark (and queue) every fragment its stored supercuboids of
         level 0, time sample ``t``, affect; returns how many."""
         self.describe(spec)
-        volume = spec.channel.volume_key(0, t)
-        keys = [volume.supercuboid(code) for code in sorted(low_side(stored))]
+        keys = affected(spec, stored, t)
         for i in range(0, len(keys), 1000):
             self.mark(keys[i : i + 1000])
         return len(keys)
@@ -271,10 +277,14 @@ class ProductUpkeep:
             for name, body in zip(names, (b for _, b in self.objects.get_many([prefix + n for n in names[:100]]))):
                 if body:
                     skipped.append({"kind": kind, "supercuboid": name, "reason": json.loads(body)["reason"]})
-        queue, url = self._products_queue()
-        pending = queue.queues.counts(url)
+        pending = self.queued()
         return {"stale": len(stale), "lag_s": round(max(ages), 3) if ages else 0.0, "skipped": skipped,
                 "queue": {"waiting": pending.waiting, "in_flight": pending.in_flight}}
+
+    def queued(self) -> QueueCounts:
+        """The rebuilds waiting and under way, over every channel."""
+        queue, url = self._products_queue()
+        return queue.queues.counts(url)
 
     def forget(self, channel_prefix: str) -> int:
         """Delete every product object of a channel (its voxels were purged)."""
