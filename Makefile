@@ -118,8 +118,14 @@ clean:
 # AWS SAM builds each function of deploy/aws/ingest.yaml with `make build-<LogicalId>` here
 # (BuildMethod: makefile) into $(ARTIFACTS_DIR): lambdas/requirements.txt as wheels for Lambda's
 # Python and CPU, and the code the handlers reach (lambdas/, ndstore/ and blaze/ without the web
-# app and its image encoders, the CLI and the Spark jobs). `make lambda-package` builds one into build/lambda/.
-LAMBDA_FUNCTIONS := TileUploadedFunction SupercuboidFunction CleanupFunction DownsampleFunction
+# app and its image encoders, the CLI and the Spark jobs). SegmentsFunction installs
+# lambdas/requirements-segments.txt (the mesh and skeleton builders too): past Lambda's 250 MB for
+# a zip, it is a container image whose Dockerfile (deploy/aws/segments.Dockerfile) runs its target.
+# `make lambda-package [LAMBDA_PACKAGE=<LogicalId>]` builds one into build/lambda/.
+LAMBDA_FUNCTIONS := TileUploadedFunction SupercuboidFunction CleanupFunction DownsampleFunction SegmentsFunction
+LAMBDA_REQUIREMENTS = lambdas/requirements.txt
+build-SegmentsFunction: LAMBDA_REQUIREMENTS = lambdas/requirements-segments.txt
+LAMBDA_PACKAGE ?= SupercuboidFunction
 LAMBDA_PYTHON ?= 3.12
 # Lambda's python3.12 runs on Amazon Linux 2023 (glibc 2.34, x86_64): wheels of any manylinux up to 2.34
 LAMBDA_PLATFORMS ?= manylinux_2_34_x86_64 manylinux_2_28_x86_64 manylinux2014_x86_64
@@ -129,15 +135,16 @@ LAMBDA_EXCLUDES := --exclude=__pycache__ --exclude=ndstore/api --exclude=ndstore
 	--exclude=ndstore/cli.py \
 	--exclude='ndstore/engine/spark*' --exclude=ndstore/core/slices.py --exclude=ndstore/core/precomputed.py \
 	--exclude=ndstore/core/sharded.py --exclude=ndstore/core/zarr_view.py \
-	--exclude='blaze/spark*' --exclude=blaze/daemon.py --exclude=lambdas/runner.py --exclude=lambdas/requirements.txt
+	--exclude='blaze/spark*' --exclude=blaze/daemon.py --exclude=lambdas/runner.py --exclude=lambdas/requirements.txt \
+	--exclude=lambdas/requirements-segments.txt
 .PHONY: $(addprefix build-,$(LAMBDA_FUNCTIONS))
 $(addprefix build-,$(LAMBDA_FUNCTIONS)):
 	@test -n "$(ARTIFACTS_DIR)" || { echo "ARTIFACTS_DIR must name the output folder (sam build sets it)"; exit 2; }
 	$(LAMBDA_PIP) install --quiet --target "$(ARTIFACTS_DIR)" $(addprefix --platform ,$(LAMBDA_PLATFORMS)) \
-		--python-version $(LAMBDA_PYTHON) --implementation cp --only-binary=:all: -r lambdas/requirements.txt
+		--python-version $(LAMBDA_PYTHON) --implementation cp --only-binary=:all: -r $(LAMBDA_REQUIREMENTS)
 	tar -c $(LAMBDA_EXCLUDES) lambdas ndstore blaze | tar -x -C "$(ARTIFACTS_DIR)"
 
 lambda-package: venv
 	rm -rf build/lambda
-	$(MAKE) build-SupercuboidFunction ARTIFACTS_DIR=$(abspath build/lambda) LAMBDA_PIP="$(PY) -m pip"
-	@du -sm build/lambda | awk '{print "build/lambda: " $$1 " MB unzipped (Lambda allows 250)"}'
+	$(MAKE) build-$(LAMBDA_PACKAGE) ARTIFACTS_DIR=$(abspath build/lambda) LAMBDA_PIP="$(PY) -m pip"
+	@du -sm build/lambda | awk '{print "build/lambda: " $$1 " MB unzipped (Lambda allows 250 for a zip)"}'

@@ -34,7 +34,8 @@ DATABASE_GB = 20
 SECRETS = 4  # database password, DATABASE_URL, NDSTORE_SECRET_KEY, NDSTORE_ADMIN_TOKEN
 LOAD_BALANCERS = 1
 NAT_GATEWAYS = 1  # the VPC's (not in the templates); S3 and DynamoDB go through gateway endpoints
-LAMBDA_MEMORY_MB = {"tile_uploaded": 512, "supercuboid": 3008, "cleanup": 256, "downsample": 3008}  # ingest.yaml
+LAMBDA_MEMORY_MB = {"tile_uploaded": 512, "supercuboid": 3008, "cleanup": 256, "downsample": 3008,  # ingest.yaml
+                    "rebuild": 3008}
 
 # --- the workload: assumptions, change them ------------------------------------------------------
 TB = 2**40  # bytes; AWS bills storage and transfer by the GB of 2**30 bytes
@@ -52,14 +53,18 @@ UPLOAD_IN_TB = 2.0  # request bodies (cutout writes) through the load balancer; 
 CROSS_ZONE_FRACTION = 2 / 3  # of the bytes between nodes and Redis: nodes and shards in 3 zones
 NAT_GB = 200.0  # through the NAT gateway: image pulls, SQS, Lambda API, logs, secrets
 LOG_GB = 50.0  # CloudWatch Logs ingested per month (kept 30 days)
-IMAGE_GB = 1.5  # the image in ECR
+IMAGE_GB = 2.0  # the service's image and the segments function's (about 0.5 GB) in ECR
 
 # Ingest of INGEST_TB_PER_MONTH of raw uint8 tiles, 512x512 each (64 tiles per supercuboid), and
 # the downsampling of what it ingested (anisotropic: a parent per 4 children, about 1/3 as many).
 INGEST_TB_PER_MONTH = 1.0
 TILE_BYTES = 512 * 512
 TILE_RESIDENCY_DAYS = 1.0  # a tile lives in the tile bucket from its upload to its cleanup
-LAMBDA_SECONDS = {"tile_uploaded": 0.1, "supercuboid": 3.0, "cleanup": 0.3, "downsample": 2.0}
+LAMBDA_SECONDS = {"tile_uploaded": 0.1, "supercuboid": 3.0, "cleanup": 0.3, "downsample": 2.0, "rebuild": 15.0}
+# Segmentation products of label channels: a stored label supercuboid queues the rebuild of its own
+# fragments and of its seven low-side neighbours' (ndstore/engine/segments/upkeep.py); meshing and
+# skeletonizing one supercuboid of dense labels takes seconds to tens of seconds.
+SEGMENT_REBUILDS_PER_MONTH = 200_000
 # Tile index (DynamoDB, on demand): a transaction of two items costs 2 write units per item.
 TILE_WRITE_UNITS = 4.0  # record_tile: tile row + job counter, transactionally
 TILE_READ_UNITS = 3.0  # has_tile (client), the supercuboid's row (handler), the job's spec
@@ -130,7 +135,7 @@ def compute_lines() -> list[Line]:
                     BLAZE_NODES * ELASTICACHE_NODE_HOUR[BLAZE_NODE_TYPE] * HOURS))
     out.append(Line("RDS PostgreSQL (metadata)", f"{DATABASE_CLASS} Multi-AZ, {DATABASE_GB} GB gp3",
                     RDS_MULTI_AZ_HOUR[DATABASE_CLASS] * HOURS + DATABASE_GB * RDS_MULTI_AZ_GP3_GB_MONTH))
-    out += base_tier_lines() + ingest_lines() + network_lines()
+    out += base_tier_lines() + ingest_lines() + segment_lines() + network_lines()
     out.append(Line("Secrets Manager", f"{SECRETS} secrets", SECRETS * SECRET_MONTH))
     out.append(Line("CloudWatch Logs + ECR", f"{LOG_GB:g} GB logs, {IMAGE_GB:g} GB image",
                     LOG_GB * (LOGS_INGEST_GB + LOGS_GB_MONTH) + IMAGE_GB * ECR_GB_MONTH))
@@ -183,6 +188,21 @@ def ingest_lines() -> list[Line]:
         Line("DynamoDB: tile index", f"{writes / 1e6:.1f} M write, {reads / 1e6:.1f} M read units",
              writes / 1e6 * DYNAMODB_WRITE_PER_MILLION + reads / 1e6 * DYNAMODB_READ_PER_MILLION),
         Line("SQS: ingest and downsample queues", f"{sqs / 1e6:.1f} M requests", sqs / 1e6 * SQS_PER_MILLION),
+    ]
+
+
+def segment_lines() -> list[Line]:
+    calls, memory_mb, seconds = SEGMENT_REBUILDS_PER_MONTH, LAMBDA_MEMORY_MB["rebuild"], LAMBDA_SECONDS["rebuild"]
+    gb_seconds = calls * seconds * memory_mb / 1024
+    # per rebuild: GET of the mark, the spec (cached) and 8 supercuboids at most; PUT of two
+    # fragments; SQS send, receive, delete
+    s3 = calls * (10 * S3_GET_PER_1000 + 3 * S3_PUT_PER_1000) / 1000
+    return [
+        Line("Lambda rebuild (segmentation products)",
+             f"{calls / 1e6:.3f} M calls x {seconds:g} s x {memory_mb} MB = {gb_seconds / 1e3:.1f} k GB-s",
+             gb_seconds * LAMBDA_GB_SECOND + calls / 1e6 * LAMBDA_PER_MILLION),
+        Line("S3 + SQS: segmentation rebuilds", f"{calls / 1e6:.2f} M rebuilds",
+             s3 + 3 * calls / 1e6 * SQS_PER_MILLION),
     ]
 
 

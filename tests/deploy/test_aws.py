@@ -77,6 +77,12 @@ def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+def handler_of(function: dict[str, Any]) -> str:
+    """A SAM function's handler: Handler, or a container image's command."""
+    props = function["Properties"]
+    return str(props["ImageConfig"]["Command"][0] if props.get("PackageType") == "Image" else props["Handler"])
+
+
 # --- what the code calls: a scan of the storage adapters' boto3 calls ---------------------------
 
 # IAM actions of the API operations whose action has another name (AWS's Service Authorization
@@ -108,6 +114,9 @@ EXECUTION_ROLE_ACTIONS = {"ecr:GetAuthorizationToken", "ecr:BatchCheckLayerAvail
 NO_RESOURCE_ACTIONS = {"ecr:GetAuthorizationToken", "lambda:ListEventSourceMappings"}
 # Actions on "*" narrowed by a condition on the function (lambda:FunctionArn).
 FUNCTION_CONDITION_ACTIONS = {"lambda:CreateEventSourceMapping", "lambda:DeleteEventSourceMapping"}
+# Object-name prefixes a policy may narrow a bucket's objects to: the segmentation products'
+# objects (fragments, stale marks, skip records, specs), what the rebuild function writes.
+OBJECT_PREFIXES = {"_ndstore-seg&"}
 
 
 @cache
@@ -281,8 +290,12 @@ def test_every_resource_is_the_stacks_own() -> None:
                     continue
                 names = _names_in(resource)
                 assert names and names <= known, (name, owner, resource)  # no literal or foreign ARNs
-                # wildcards only for a bucket's objects or a prefix of the stack's queues
-                assert re.sub(r"/\*$|\}-\*$", "", _arn_text(resource)).count("*") == 0, (name, owner, resource)
+                # wildcards only for a bucket's objects (or those under one of the code's prefixes,
+                # OBJECT_PREFIXES) or a prefix of the stack's queues
+                assert re.sub(r"/(?:[\w&-]*)\*$|\}-\*$", "", _arn_text(resource)).count("*") == 0, \
+                    (name, owner, resource)
+                prefix = re.search(r"\}/([^*]+)\*$", _arn_text(resource))
+                assert prefix is None or prefix.group(1) in OBJECT_PREFIXES, (name, owner, resource)
 
 
 def test_s3_actions_match_their_resource_level() -> None:
@@ -293,7 +306,7 @@ def test_s3_actions_match_their_resource_level() -> None:
                 if not action.startswith("s3:"):
                     continue
                 for resource in as_list(statement["Resource"]):
-                    on_objects = _arn_text(resource).endswith("/*")
+                    on_objects = re.search(r"/[^/]*\*$", _arn_text(resource)) is not None
                     assert on_objects == (action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject",
                                                      "s3:AbortMultipartUpload")), \
                         (name, owner, action, resource)
@@ -431,6 +444,7 @@ def test_each_role_does_to_the_label_index_what_its_code_does() -> None:
     assert keep == {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchWriteItem"}
     assert web == {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Scan"}
     cases = (("ingest.yaml", "TileUploadedFunction", ready), ("ingest.yaml", "CleanupFunction", ready),
+             ("ingest.yaml", "SegmentsFunction", ready),  # a rebuild reads voxels by key, no index
              ("ingest.yaml", "SupercuboidFunction", ready | keep), ("ingest.yaml", "DownsampleFunction", ready | keep),
              ("service.yaml", "TierTaskRole", ready | keep), ("service.yaml", "WebTaskRole", ready | keep | web),
              ("service.yaml", "IngestTaskRole", ready),
@@ -555,7 +569,9 @@ def test_each_routed_service_runs_gunicorn_on_the_target_port_with_its_role() ->
             roles[f"{props['ServiceName']} on the base tier"] = _granted("service.yaml", role, BASE_TIER)
     # the NDBlaze nodes neither create queues nor touch Lambda; the ingest nodes write no supercuboids
     # (their s3:PutObject is on the tile bucket: the presigned tile PUTs they hand out)
-    assert not any(a.startswith(("sqs:", "lambda:")) for a in roles["blaze"])
+    assert not any(a.startswith("lambda:") for a in roles["blaze"])
+    # (but queue segmentation rebuilds when they store a label channel's supercuboids)
+    assert {a for a in roles["blaze"] if a.startswith("sqs:")} == {"sqs:GetQueueUrl", "sqs:SendMessage"}
     assert not {"s3:GetObject", "s3:PutObject", "dynamodb:Query"} & roles["ingest on the base tier"]
 
 
@@ -669,7 +685,8 @@ def test_templates_set_only_settings_the_code_reads(name: str) -> None:
     if name != "storage.yaml":
         assert env
     assert not set(env) - known, f"{name} sets what nothing reads: {set(env) - known}"
-    outputs = {o["Description"] for o in template(name).get("Outputs", {}).values()}
+    outputs = {setting for o in template(name).get("Outputs", {}).values()
+               for setting in re.findall(r"^NDSTORE_\w+", o["Description"])}  # the rest are for operators
     assert outputs <= known, outputs - known
 
 
@@ -695,13 +712,122 @@ def test_service_and_ingest_stacks_share_the_queue_prefix_default() -> None:
 def test_job_queues_outlast_the_functions_they_trigger() -> None:
     """Lambda refuses an SQS trigger whose queue's visibility timeout is below the function's
     timeout: the queues a job creates carry NDSTORE_INGEST_VISIBILITY_S."""
-    queue_triggered = [fn["Properties"] for fn in resources("ingest.yaml", "AWS::Serverless::Function").values()
-                       if not fn["Properties"].get("Events")]
+    own_trigger = {m["Properties"]["FunctionName"]["Ref"]
+                   for m in resources("ingest.yaml", "AWS::Lambda::EventSourceMapping").values()}
+    queue_triggered = [fn["Properties"] for lid, fn in resources("ingest.yaml", "AWS::Serverless::Function").items()
+                       if not fn["Properties"].get("Events") and lid not in own_trigger]
     assert len(queue_triggered) == 3
     visibility = template("service.yaml")["Parameters"]["IngestVisibilitySeconds"]
     assert int(visibility["MinValue"]) >= max(int(p["Timeout"]) for p in queue_triggered)
     assert int(visibility["Default"]) >= int(visibility["MinValue"])
 
+
+
+# --- segmentation products ------------------------------------------------------------------------
+
+def test_the_segments_queue_is_the_one_the_code_looks_up_with_its_dead_letter_queue() -> None:
+    """`ProductUpkeep` looks up `<prefix>-seg` (ndstore/wiring.py) and creates it only where it is
+    missing; the stack makes it, encrypted, with a dead-letter queue named as the code names one."""
+    res = template("ingest.yaml")["Resources"]
+    queue, dlq = res["SegmentsQueue"]["Properties"], res["SegmentsDeadLetterQueue"]["Properties"]
+    assert 'f"{config.ingest_queue_prefix}-seg"' in (ROOT / "ndstore/wiring.py").read_text()
+    assert queue["QueueName"] == {"Fn::Sub": "${QueuePrefix}-seg"}
+    assert 'QueueName=f"{name}-dlq"' in (STORAGE_CODE / "sqs.py").read_text()
+    assert dlq["QueueName"] == {"Fn::Sub": "${QueuePrefix}-seg-dlq"}
+    assert queue["SqsManagedSseEnabled"] is True and dlq["SqsManagedSseEnabled"] is True
+    assert queue["RedrivePolicy"]["deadLetterTargetArn"] == {"Fn::GetAtt": ["SegmentsDeadLetterQueue", "Arn"]}
+    assert 2 <= int(queue["RedrivePolicy"]["maxReceiveCount"]) <= 5
+    assert int(dlq["MessageRetentionPeriod"]) > int(queue["MessageRetentionPeriod"])
+
+
+def test_the_segments_function_is_triggered_by_its_queue_in_small_partial_batches() -> None:
+    res = template("ingest.yaml")["Resources"]
+    fn = res["SegmentsFunction"]
+    assert handler_of(fn) == "lambdas.segments.rebuild" and fn["Properties"]["PackageType"] == "Image"
+    assert int(fn["Properties"]["MemorySize"]) >= 3008 and int(fn["Properties"]["Timeout"]) >= 300
+    [trigger] = [m["Properties"] for m in resources("ingest.yaml", "AWS::Lambda::EventSourceMapping").values()
+                 if m["Properties"]["FunctionName"] == {"Ref": "SegmentsFunction"}]
+    assert trigger["EventSourceArn"] == {"Fn::GetAtt": ["SegmentsQueue", "Arn"]}
+    assert trigger["FunctionResponseTypes"] == ["ReportBatchItemFailures"]  # lambdas/events.py answers so
+    assert 1 <= int(trigger["BatchSize"]) <= 4
+    assert int(default("ingest.yaml", trigger["ScalingConfig"]["MaximumConcurrency"])) >= 2
+    # Lambda refuses a trigger whose queue's visibility is below the function's timeout
+    assert int(res["SegmentsQueue"]["Properties"]["VisibilityTimeout"]) >= 6 * int(fn["Properties"]["Timeout"])
+    # its role polls its own queue only (SAM's SQS event would attach a managed policy on "*")
+    assert not fn["Properties"].get("Events")
+    polled = {a for o, st in statements("ingest.yaml")
+              if o == "SegmentsFunction" and st["Resource"] == {"Fn::GetAtt": ["SegmentsQueue", "Arn"]}
+              for a in as_list(st["Action"]) if a.startswith("sqs:")}
+    assert polled == {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+
+
+def test_the_segments_function_reads_the_base_tier_and_writes_only_its_products() -> None:
+    """Supercuboids, marks and specs read; fragments, skip records and marks written and deleted
+    under `_ndstore-seg&` only: a rebuild never writes a supercuboid."""
+    by_resource: dict[str, set[str]] = {}
+    for owner, st in statements("ingest.yaml"):
+        if owner == "SegmentsFunction":
+            for r in as_list(st["Resource"]):
+                by_resource.setdefault(_arn_text(r), set()).update(
+                    a for a in as_list(st["Action"]) if a.startswith("s3:"))
+    objects = "arn:${AWS::Partition}:s3:::${CuboidBucketName}"
+    assert by_resource[f"{objects}/*"] == {"s3:GetObject"}
+    assert by_resource[f"{objects}/_ndstore-seg&*"] == {"s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"}
+    from ndstore.engine.segments.fragments import PREFIX
+    assert PREFIX in OBJECT_PREFIXES
+
+
+SEG_QUEUE_ACTIONS = {"sqs:GetQueueUrl", "sqs:SendMessage"}
+
+
+def _granted_on_seg_queue(name: str, owner: str) -> set[str]:
+    """Actions on a resource that covers `<QueuePrefix>-seg` (it, or `<QueuePrefix>-*`)."""
+    def covers(resource: Any) -> bool:
+        return _arn_text(resource).endswith(("${QueuePrefix}-seg", "${QueuePrefix}-*"))
+
+    granted = {a for o, st in statements(name) if o == owner and any(covers(r) for r in as_list(st["Resource"]))
+               for a in as_list(st["Action"])}
+    for arn in template(name)["Resources"][owner]["Properties"].get("ManagedPolicyArns", []):
+        if arn == {"Ref": "WebNodeIngestPolicyArn"}:
+            granted |= _granted_on_seg_queue("ingest.yaml", "WebNodeIngestPolicy")
+    return granted
+
+
+def test_every_writer_of_supercuboids_can_queue_rebuilds() -> None:
+    """A store of a label channel's supercuboid marks fragments stale and queues their rebuild
+    (ProductUpkeep.changed): every role that writes the base tier looks the queue up and sends."""
+    writers = [("ingest.yaml", "SupercuboidFunction"), ("ingest.yaml", "DownsampleFunction"),
+               ("service.yaml", "TierTaskRole"), ("service.yaml", "WebTaskRole")]
+    for name, owner in writers:
+        assert "s3:PutObject" in _granted(name, owner, BASE_TIER), owner
+        missing = SEG_QUEUE_ACTIONS - _granted_on_seg_queue(name, owner)
+        assert not missing, (owner, missing)
+    # and nothing else writes supercuboids (else it would need the queue too)
+    for name, kind in (("ingest.yaml", "AWS::Serverless::Function"), ("service.yaml", "AWS::IAM::Role")):
+        for owner in resources(name, kind):
+            if (name, owner) not in writers and owner != "SegmentsFunction":
+                assert "s3:PutObject" not in _granted(name, owner, {"CuboidBucketName"}), owner
+
+
+def test_the_web_nodes_see_and_purge_segmentation_products() -> None:
+    """The status route and /metrics count the queue (GetQueueAttributes); the status route and a
+    channel's purge list the bucket under `_ndstore-seg&`; a build asked for queues (SendMessage)."""
+    assert {"sqs:GetQueueAttributes", *SEG_QUEUE_ACTIONS} <= _granted_on_seg_queue("service.yaml", "WebTaskRole")
+    assert {"s3:ListBucket", "s3:GetObject", "s3:DeleteObject"} <= _granted("service.yaml", "WebTaskRole",
+                                                                            {"CuboidBucketName"})
+
+
+def test_every_process_that_stores_supercuboids_queues_on_sqs() -> None:
+    """Without NDSTORE_INGEST_BACKEND=aws a process's queues are SQLite files on its own disk
+    (config.py: `local` unless an endpoint is set): its rebuilds would never reach SegmentsQueue."""
+    assert template("ingest.yaml")["Globals"]["Function"]["Environment"]["Variables"]["NDSTORE_INGEST_BACKEND"] \
+        == "aws"
+    for family, container in container_definitions():
+        env = {e["Name"]: e["Value"] for e in container.get("Environment", [])}
+        if "prepare" in family.lower():  # ndstore_prepare stores no supercuboid
+            continue
+        assert env.get("NDSTORE_INGEST_BACKEND") == "aws", family
+        assert env.get("NDSTORE_INGEST_QUEUE_PREFIX") == {"Ref": "QueuePrefix"}, family
 
 # --- the cost model -------------------------------------------------------------------------------
 
@@ -758,7 +884,7 @@ def test_cost_model_prices_the_templates_defaults() -> None:
     phase = {"parent": "downsample"}
     memory = {phase.get(h, h): fn["Properties"]["MemorySize"] for fn in
               resources("ingest.yaml", "AWS::Serverless::Function").values()
-              for h in [fn["Properties"]["Handler"].rsplit(".", 1)[1]]}
+              for h in [handler_of(fn).rsplit(".", 1)[1]]}
     assert model.LAMBDA_MEMORY_MB == memory
     for node_type in (model.CACHE_NODE_TYPE, model.BLAZE_NODE_TYPE):
         assert node_type in model.ELASTICACHE_NODE_HOUR

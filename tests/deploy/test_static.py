@@ -411,9 +411,15 @@ def test_aws_functions_name_handlers_that_exist_and_settings_the_code_reads() ->
         functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::Function"]
         assert functions or "Transform" not in template  # a SAM template exists for its functions
         for fn in functions:
-            module, _, name = fn["Properties"]["Handler"].rpartition(".")
-            assert callable(getattr(importlib.import_module(module), name)), fn["Properties"]["Handler"]
-        outputs = {o["Description"] for o in template["Outputs"].values()}
+            props = fn["Properties"]  # a container image's handler is its command
+            handler = props["ImageConfig"]["Command"][0] if props.get("PackageType") == "Image" else props["Handler"]
+            module, _, name = handler.rpartition(".")
+            assert callable(getattr(importlib.import_module(module), name)), handler
+            if props.get("PackageType") == "Image":
+                assert (ROOT / fn["Metadata"]["Dockerfile"]).is_file(), fn["Metadata"]
+        # an output that names a setting names one the code reads; the others are for operators
+        outputs = {setting for o in template["Outputs"].values() for setting in re.findall(r"^NDSTORE_\w+",
+                                                                                           o["Description"])}
         assert outputs <= known, outputs - known
 
 
