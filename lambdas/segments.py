@@ -13,4 +13,7 @@ def rebuild(event: Event, context: object = None) -> dict[str, Any]:
     products = services().products
     if products is None:
         raise RuntimeError("segmentation products need the label index (NDSTORE_LABEL_BACKEND)")
-    return each_sqs_record(event, products.handle)
+    try:
+        return each_sqs_record(event, products.handle)
+    finally:  # Lambda freezes the process between calls: the lag observed here must not wait for a thaw
+        services().metrics.flush()
