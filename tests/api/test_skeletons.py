@@ -116,6 +116,8 @@ def test_the_files_as_served(admin: APIClient, labelled: np.ndarray) -> None:
     nv, ne = struct.unpack_from("<II", r.content)
     assert len(r.content) == 8 + 16 * nv + 8 * ne
     assert admin.get(f"/precomputed/sk/e1/ann/skeletons/{TUBE}", HTTP_IF_NONE_MATCH=r["ETag"]).status_code == 304
+    head = admin.head(f"/precomputed/sk/e1/ann/skeletons/{TUBE}")
+    assert head.status_code == 200 and head["Content-Length"] == str(len(r.content)) and not head.content
     # a label with no voxels, and one present in no fragment
     assert admin.get("/precomputed/sk/e1/ann/skeletons/12345").status_code == 404
     # a shard: its index names the segment's minishard index; a Range reads a part of it

@@ -22,17 +22,23 @@ SHARDED = "/precomputed-sharded/px/e1/ann/skeletons"
 
 
 @pytest.fixture
-def private(admin: APIClient) -> APIClient:
-    """A private collection with a label channel whose skeletons are built."""
+def channel(admin: APIClient) -> APIClient:
+    """A private collection with a label channel (no voxels yet)."""
     make_dataset(admin, "px", frame=FRAME, levels=1, channels={"ann": "uint64"},
                  frame_fields={"x_voxel_size": NM[0], "y_voxel_size": NM[1], "z_voxel_size": NM[2],
                                "voxel_unit": "nanometers"})
+    return admin
+
+
+@pytest.fixture
+def private(channel: APIClient) -> APIClient:
+    """The same with labels written and their skeleton fragments built."""
     vol = volume()
-    r = admin.generic("POST", f"/v1/direct/cutout/px/e1/ann/0/0:{FRAME[0]}/0:{FRAME[1]}/0:{FRAME[2]}/",
-                      vol.tobytes(), content_type=OCTET)
+    r = channel.generic("POST", f"/v1/direct/cutout/px/e1/ann/0/0:{FRAME[0]}/0:{FRAME[1]}/0:{FRAME[2]}/",
+                        vol.tobytes(), content_type=OCTET)
     assert r.status_code == 201, r.content
     build_fragments("ann", vol)
-    return admin
+    return channel
 
 
 def paths() -> list[str]:
@@ -70,8 +76,8 @@ def test_a_read_grant_is_enough(private: APIClient, grant: Any) -> None:
 
 @pytest.mark.parametrize("segment", ["0", "00", "007", "-5", "+5", "1e3", "0x10", "abc", str(2**64), str(10**40),
                                      "1" * 100, "\u0663", "\u00b9", "5.0", "%20", "18446744073709551616"])
-def test_bad_segment_ids_are_a_json_400(private: APIClient, segment: str) -> None:
-    r = private.get(f"{BASE}/{segment}")
+def test_bad_segment_ids_are_a_json_400(channel: APIClient, segment: str) -> None:
+    r = channel.get(f"{BASE}/{segment}")
     assert r.status_code == 400 and r["Content-Type"] == "application/json", (segment, r.content)
     assert "segment id" in r.json()["message"]
 
@@ -83,9 +89,9 @@ def test_labels_with_no_skeleton_are_a_404(private: APIClient, segment: int) -> 
 
 
 @pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
-def test_writes_are_a_json_405(private: APIClient, method: str) -> None:
+def test_writes_are_a_json_405(channel: APIClient, method: str) -> None:
     for path in paths():
-        r = getattr(private, method)(path, b"\0" * 16, content_type=OCTET)
+        r = getattr(channel, method)(path, b"\0" * 16, content_type=OCTET)
         assert r.status_code == 405 and r["Content-Type"] == "application/json", (method, path, r.content)
 
 
@@ -95,8 +101,8 @@ def test_writes_are_a_json_405(private: APIClient, method: str) -> None:
     f"{SHARDED}/000G.shard", f"{SHARDED}/0005.shard.bak", f"{SHARDED}/{TUBE}", f"{BASE}/5.shard",
     "/precomputed/px/e1/ann/skeletons", "/precomputed/px/e1/ann/skeletons/",
 ])
-def test_path_tricks_are_a_json_404_or_400(private: APIClient, path: str) -> None:
-    r = private.get(path)
+def test_path_tricks_are_a_json_404_or_400(channel: APIClient, path: str) -> None:
+    r = channel.get(path)
     assert r.status_code in (400, 404) and r["Content-Type"] == "application/json", (path, r.status_code, r.content)
 
 

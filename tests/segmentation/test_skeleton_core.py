@@ -210,3 +210,10 @@ def test_shard_names() -> None:
     for bad in ("a.shard", "000A.shard", "10000.shard", "000g.shard", "0000"):
         with pytest.raises(Exception, match="no shard"):
             spec.shard_of_name(bad)
+
+
+def test_a_block_that_is_not_its_box_is_refused() -> None:
+    box = Box((0, 0, 0), (16, 16, 4))
+    for shape in [(4, 16, 18), (3, 16, 16), (4, 16), (6, 17, 17)]:
+        with pytest.raises(ValueError, match="block of shape"):
+            sk.skeleton_fragment(np.zeros(shape, np.uint32), box, (16, 16, 4), NM)

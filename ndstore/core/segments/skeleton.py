@@ -19,10 +19,11 @@ labels uint64[L] (ascending), vertex counts uint32[L], edge counts uint32[L], ve
 float32[V, 3] (x, y, z), radius float32[V], edges uint32[E, 2] (indices into the label's own
 vertices); each label's vertices and edges follow the last's. Nothing in it is executable.
 
-Cost (docs/design/segmentation.md): kimimaro spends ~2.5-3 us per voxel of the labels it
+Cost (docs/design/segmentation.md): kimimaro spends ~2.3-3.5 us per voxel of the labels it
 skeletonizes on one core, whatever the TEASAR parameters (its invalidation pass scans each
-label's box once per path), so a dense 512x512x16 uint32 supercuboid takes ~10 s and the bound
-is on those voxels; a checkerboard of one-voxel labels is dust and costs one fastremap pass.
+label's box once per path), so a dense 512x512x8 uint64 supercuboid takes ~5.5 s and the bound
+is on those voxels; a checkerboard of one-voxel labels is dust and costs one fastremap pass
+(~20 ms). Merging a label's pieces costs ~1 ms per thousand vertices.
 """
 
 from __future__ import annotations
@@ -59,14 +60,17 @@ TEASAR: dict[str, float] = {
 class SkeletonBounds:
     """A supercuboid's skeletons are skipped past any of these (measured before kimimaro runs).
     `dust_threshold`: a label (a connected piece, for kimimaro) of no more voxels is not
-    skeletonized in this supercuboid; `max_voxels`: voxels of the labels to skeletonize, kimimaro's
-    cost (~2.5-3 us each on one core: 2^23 voxels is ~25 s); `max_labels`: labels to skeletonize
-    (each costs a few ms of set-up and a piece in the fragment); `max_block_voxels`: the block
-    itself (kimimaro holds ~20 bytes a voxel: 2^25 voxels ~ 0.7 GiB)."""
+    skeletonized in this supercuboid. `max_voxels`: voxels of the labels to skeletonize, which
+    predict kimimaro's time (2.3-3.5 us each on one core here, dense cells, tubes or thin
+    ribbons whose boxes span the block alike): the default lets the largest supercuboid through
+    whole (512x512x64 uint8 and its overlap: 17.1M voxels, ~50 s), a dense uint64 one (2.4M) takes
+    ~5.5 s, a uint32 one (4.5M) ~10 s. `max_labels`: labels to skeletonize (each a few ms of
+    set-up and a piece in the fragment). `max_block_voxels`: the block itself (kimimaro holds
+    ~20 bytes a voxel: 2^25 voxels ~ 0.7 GiB)."""
 
     dust_threshold: int = 1000
     max_labels: int = 2000
-    max_voxels: int = 1 << 23
+    max_voxels: int = 18_000_000
     max_block_voxels: int = 1 << 25
 
 
@@ -115,6 +119,9 @@ def skeleton_fragment(block: npt.NDArray[Any], box: Box, cell: XYZ, voxel_nm: tu
     the box and a one-voxel overlap on its high sides where the extent continues): every label's
     skeleton piece, in nm of the volume; None when no label is skeletonized; Skipped past ``bounds``."""
     del cell  # the block's own box places it; the grid is the rebuild's
+    if block.ndim != 3 or any(b - s not in (0, 1) for b, s in zip(block.shape, box.shape_zyx)):
+        raise ValueError(f"a block of shape {block.shape} for a box of {box.shape_zyx} (z y x): it must be the box "
+                         "and at most one voxel more on each high side")
     labels = labels_to_skeletonize(block, bounds)
     skeletons = skeletonize(block, labels, voxel_nm, bounds.dust_threshold)
     origin = np.array(box.lo, np.float64) * np.array(voxel_nm, np.float64)
