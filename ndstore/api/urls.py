@@ -21,6 +21,7 @@ from ndstore.api.views import (
     resources,
     segmentation,
     sharded,
+    skeletons,
     unrouted,
     zarr,
 )
@@ -58,8 +59,10 @@ def cutout_routes(prefix: str, view: type[cutout.CutoutView]) -> list:  # type: 
 def standard_view_routes() -> list:  # type: ignore[type-arg]
     """The files of the standard views (precomputed, sharded precomputed, zarr) of a channel."""
     return [path(f"{prefix}/{CHANNEL}{tail}", view.as_view())
-            for prefix, views in (("precomputed", precomputed), ("precomputed-sharded", sharded), ("zarr", zarr))
-            for tail, view in views.ROUTES]
+            for prefix, routes in (("precomputed", skeletons.ROUTES), ("precomputed-sharded", skeletons.SHARDED_ROUTES),
+                                   ("precomputed", precomputed.ROUTES), ("precomputed-sharded", sharded.ROUTES),
+                                   ("zarr", zarr.ROUTES))
+            for tail, view in routes]
 
 
 def data_routes() -> list:  # type: ignore[type-arg]
