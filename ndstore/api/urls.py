@@ -15,6 +15,7 @@ from ndstore.api.views import (
     downsample,
     image,
     ingest,
+    meshes,
     operations,
     permissions,
     precomputed,
@@ -57,8 +58,10 @@ def cutout_routes(prefix: str, view: type[cutout.CutoutView]) -> list:  # type: 
 def standard_view_routes() -> list:  # type: ignore[type-arg]
     """The files of the standard views (precomputed, sharded precomputed, zarr) of a channel."""
     return [path(f"{prefix}/{CHANNEL}{tail}", view.as_view())
-            for prefix, views in (("precomputed", precomputed), ("precomputed-sharded", sharded), ("zarr", zarr))
-            for tail, view in views.ROUTES]
+            for prefix, routes in (("precomputed", meshes.ROUTES), ("precomputed-sharded", meshes.SHARDED_ROUTES),
+                                   ("precomputed", precomputed.ROUTES), ("precomputed-sharded", sharded.ROUTES),
+                                   ("zarr", zarr.ROUTES))
+            for tail, view in routes]
 
 
 def data_routes() -> list:  # type: ignore[type-arg]

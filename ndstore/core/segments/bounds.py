@@ -22,9 +22,9 @@ class MeshBounds:
     """Past either, a supercuboid's meshes are skipped. The rebuild's time grows with the faces
     between differing voxels (zmesh makes two triangles of each; Draco encodes every one, which
     is most of the time) and with the labels (a zmesh `get` and a Draco encode per label and
-    octree node). Measured on one shared core (docs/design/segmentation.md, "Meshes"): dense
+    octree node). Measured on one shared core (docs/design/meshes.md, "Measurements"): dense
     512x512x8 uint64 segmentations of 400 / 2,000 / 10,000 labels have 0.74M / 1.3M / 2.1M such
-    faces and take 3 / 7.6 / 14 s, under 310 MB; a checkerboard has 6.3M. So 2M faces bound a
+    faces and take 3 / 7.6 / 14 s, under 310 MB; a checkerboard has 6.0M. So 2M faces bound a
     task to ~15 s of a core."""
 
     max_labels: int = 20_000
