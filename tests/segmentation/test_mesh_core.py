@@ -198,3 +198,26 @@ def test_shard_file_holds_each_segments_data_before_its_manifest() -> None:
         at += int(delta)
         assert shard[at:at + size] == manifest and shard[at - len(data):at] == data
         at += int(size)
+
+
+def test_coarse_fragments_split_along_their_children_as_neuroglancer_partitions_them() -> None:
+    """Neuroglancer cuts a level > 0 fragment into its 8 children by the quantized position
+    (2^(bits - 1): on both sides); no triangle may straddle that plane."""
+    import DracoPy
+
+    shape = (16, 64, 64)
+    labels = np.zeros(shape, np.uint64)
+    labels[ellipsoid(shape, (30, 33, 7.5), (90, 80, 220))] = TOP
+    point = (1 << mesh.QUANTIZATION_BITS) // 2
+    checked = 0
+    for blob in build(labels, (32, 32, 8)).values():
+        pieces = mesh.label_pieces(blob, TOP)
+        for i, row in enumerate(pieces.rows):
+            if row["lod"] == 0:
+                continue
+            decoded = DracoPy.decode(pieces.fragment(i))
+            corners = np.asarray(decoded.points)[np.asarray(decoded.faces)]  # (faces, 3, xyz)
+            low, high = (corners <= point).all(axis=1), (corners >= point).all(axis=1)
+            assert (low | high).all()
+            checked += len(corners)
+    assert checked > 100
