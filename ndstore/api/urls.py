@@ -15,6 +15,7 @@ from ndstore.api.views import (
     downsample,
     image,
     ingest,
+    meshes,
     operations,
     permissions,
     precomputed,
@@ -60,6 +61,7 @@ def standard_view_routes() -> list:  # type: ignore[type-arg]
     """The files of the standard views (precomputed, sharded precomputed, zarr) of a channel."""
     return [path(f"{prefix}/{CHANNEL}{tail}", view.as_view())
             for prefix, routes in (("precomputed", skeletons.ROUTES), ("precomputed-sharded", skeletons.SHARDED_ROUTES),
+                                   ("precomputed", meshes.ROUTES), ("precomputed-sharded", meshes.SHARDED_ROUTES),
                                    ("precomputed", precomputed.ROUTES), ("precomputed-sharded", sharded.ROUTES),
                                    ("zarr", zarr.ROUTES))
             for tail, view in routes]

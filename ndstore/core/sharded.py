@@ -113,13 +113,8 @@ def shard_layout(shards: LevelShards, shard: int, sizes: list[int] | None = None
     if sizes is None:
         sizes = [box.nvoxels * shards.itemsize for _, box in chunks]
     index_bytes = 24 * len(chunks)
-    ids = np.array([chunk_id for chunk_id, _ in chunks], np.uint64)
-    deltas = np.diff(ids, prepend=np.uint64(0)) if len(ids) else ids
-    offsets = np.zeros(len(chunks), np.uint64)
-    if len(chunks):
-        offsets[0] = index_bytes  # relative to the end of the shard index; then each follows the last
-    minishard = deltas.astype("<u8").tobytes() + offsets.astype("<u8").tobytes() + \
-        np.array(sizes, "<u8").tobytes()
+    starts = (index_bytes + np.cumsum([0, *sizes[:-1]], dtype=np.int64)).tolist() if chunks else []
+    minishard = minishard_index([chunk_id for chunk_id, _ in chunks], starts, sizes)
     head = struct.pack("<QQ", 0, index_bytes) + minishard
     pieces = [Piece(0, len(head), header=head)]
     at = len(head)
@@ -127,6 +122,20 @@ def shard_layout(shards: LevelShards, shard: int, sizes: list[int] | None = None
         pieces.append(Piece(at, size, box=box))
         at += size
     return pieces
+
+
+def minishard_index(ids: list[int], starts: list[int], sizes: list[int]) -> bytes:
+    """A raw minishard index of entries in ascending id order: ``starts`` are offsets from the
+    end of the shard index; ids and starts are stored delta-coded (a start relative to the end
+    of the entry before it)."""
+    n = len(ids)
+    if n == 0:
+        return b""
+    id_array = np.array(ids, np.uint64)
+    start_array, size_array = np.array(starts, np.uint64), np.array(sizes, np.uint64)
+    ends = np.concatenate([np.zeros(1, np.uint64), (start_array + size_array)[:-1]])
+    deltas = np.diff(id_array, prepend=np.uint64(0))
+    return b"".join(a.astype("<u8").tobytes() for a in (deltas, start_array - ends, size_array))
 
 
 def overlapping(pieces: list[Piece], first: int, last: int) -> Iterator[tuple[Piece, int, int]]:

@@ -119,7 +119,8 @@ def test_cloudvolume_reads_every_mesh_and_skeleton(served: str, admin: APIClient
 
 
 def test_a_write_that_grows_a_segment_changes_its_products(served: str, admin: APIClient,  # noqa: F811
-                                                           loopback_only: None, labelled: np.ndarray) -> None:
+                                                           loopback_only: None,  # noqa: F811
+                                                           labelled: np.ndarray) -> None:
     before_mesh = cloudvolume(f"{served}/precomputed/seg/e1/ann").mesh.get(BLOB)
     before_mesh = before_mesh[BLOB] if isinstance(before_mesh, dict) else before_mesh
     grown = labelled.copy()
@@ -138,5 +139,5 @@ def test_a_write_that_grows_a_segment_changes_its_products(served: str, admin: A
     assert cv.skeleton.get(BLOB).vertices[:, 0].max() > 600 * NM[0]
     box = admin.get(f"/v1/boundingbox/seg/e1/ann/0/{BLOB}/?type=tight").json()
     assert box["x_range"][1] == 660
-    ids = admin.get(f"/v1/ids/seg/e1/ann/0/600:700/0:96/0:14/").json()["ids"]
+    ids = admin.get("/v1/ids/seg/e1/ann/0/600:700/0:96/0:14/").json()["ids"]
     assert str(BLOB) in ids

@@ -37,7 +37,7 @@ class Recorder:
         self.fail_with: str | None = None
         self.during: Any = None
 
-    def __call__(self, block: Any, box: Box, cell: Any, voxel_nm: Any) -> bytes | None:
+    def __call__(self, block: Any, box: Box, cell: Any, voxel_nm: Any, extent: Box) -> bytes | None:
         self.calls.append((block.shape, box))
         if self.during is not None:
             self.during()

@@ -10,19 +10,22 @@ from typing import Any
 from ndstore.core.geometry import Box
 from ndstore.engine.segments.upkeep import XYZ, Array, Builder, VoxelNm
 
-CORES = {"mesh": ("ndstore.core.segments.mesh", "mesh_fragment"),
-         "skeleton": ("ndstore.core.segments.skeleton", "skeleton_fragment")}
+CORES = {"mesh": ("ndstore.core.segments.mesh", "mesh_fragment", True),  # True: it takes the extent
+         "skeleton": ("ndstore.core.segments.skeleton", "skeleton_fragment", False)}
 
 
 class _OnFirstUse:
-    def __init__(self, module: str, function: str):
+    def __init__(self, module: str, function: str, takes_extent: bool):
         self.module = module
         self.function = function
+        self.takes_extent = takes_extent
         self._build: Any = None
 
-    def __call__(self, block: Array, box: Box, cell: XYZ, voxel_nm: VoxelNm) -> bytes | None:
+    def __call__(self, block: Array, box: Box, cell: XYZ, voxel_nm: VoxelNm, extent: Box) -> bytes | None:
         if self._build is None:
             self._build = getattr(importlib.import_module(self.module), self.function)
+        if self.takes_extent:  # meshes are capped where the volume ends
+            return self._build(block, box, cell, voxel_nm, extent=extent)  # type: ignore[no-any-return]
         return self._build(block, box, cell, voxel_nm)  # type: ignore[no-any-return]
 
 

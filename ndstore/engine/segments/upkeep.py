@@ -56,9 +56,10 @@ STATUS_AGES = 1000  # stale marks whose age a status reads at most
 
 
 class Builder(Protocol):
-    def __call__(self, block: Array, box: Box, cell: XYZ, voxel_nm: VoxelNm) -> bytes | None:
+    def __call__(self, block: Array, box: Box, cell: XYZ, voxel_nm: VoxelNm, extent: Box) -> bytes | None:
         """The fragment object of one supercuboid (``box``) from ``block``, its labels plus one
-        voxel on each high side where the volume continues; None: no labels. Raises Skipped."""
+        voxel on each high side where the volume's ``extent`` continues; None: no labels.
+        Raises Skipped."""
 
 
 class Reader(Protocol):
@@ -213,7 +214,8 @@ class ProductUpkeep:
                    block: Array | None) -> str:
         skipped_name = f"{SKIPPED}{kind}{SEPARATOR}{key.name}"
         try:
-            blob = None if block is None else build(block, box, spec.channel.grid(0).supercuboid, spec.voxel_nm)
+            blob = None if block is None else build(block, box, spec.channel.grid(0).supercuboid, spec.voxel_nm,
+                                                     spec.channel.extent(0))
         except Skipped as exc:
             log.warning("%s of supercuboid %s skipped: %s", kind, key.name, exc)
             self.objects.put_many({skipped_name: json.dumps({"reason": str(exc), "at": self._clock()}).encode()})
