@@ -65,6 +65,7 @@ def rebuild_all(timeout_s: float = REBUILD_TIMEOUT_S) -> int:
 def labelled(admin: APIClient) -> np.ndarray:
     ds = make_frame_dataset(admin, "seg", lo=(0, 0, 0), hi=FRAME, voxel=NM, unit="nanometers", method="anisotropic",
                             levels=1, channels={"ann": "uint64"})
+    assert admin.put("/v1/collection/seg/", {"public": True}, format="json").status_code == 200
     vol = volume()
     r = admin.generic("POST", ds.cutout("ann", 0, (0, FRAME[0]), (0, FRAME[1]), (0, FRAME[2]), direct=True),
                       vol.tobytes(), content_type=OCTET)
@@ -124,9 +125,9 @@ def test_a_write_that_grows_a_segment_changes_its_products(served: str, admin: A
     before_mesh = cloudvolume(f"{served}/precomputed/seg/e1/ann").mesh.get(BLOB)
     before_mesh = before_mesh[BLOB] if isinstance(before_mesh, dict) else before_mesh
     grown = labelled.copy()
-    grown[4:10, 30:50, 560:660] = BLOB  # a bar out of the ball, along x
-    r = admin.generic("POST", "/v1/direct/cutout/seg/e1/ann/0/560:660/30:50/4:10/",
-                      grown[4:10, 30:50, 560:660].tobytes(), content_type=OCTET)
+    grown[4:10, 30:50, 530:660] = BLOB  # a bar out of the ball, along x
+    r = admin.generic("POST", "/v1/direct/cutout/seg/e1/ann/0/530:660/30:50/4:10/",
+                      grown[4:10, 30:50, 530:660].tobytes(), content_type=OCTET)
     assert r.status_code == 201, r.content
     assert admin.get(f"/v1/segmentation/seg/e1/ann/?segment={BLOB}").json()["stale"] >= 1
     rebuild_all()

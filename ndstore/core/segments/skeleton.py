@@ -36,9 +36,12 @@ from typing import Any, NamedTuple
 
 import fastremap
 import kimimaro
+import kimimaro.post as kimimaro_post
 import numpy as np
 import numpy.typing as npt
 from osteoid import Skeleton
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import minimum_spanning_tree
 
 from ndstore.core.errors import DataCorrupt
 from ndstore.core.geometry import XYZ, Box
@@ -202,6 +205,18 @@ def piece_of(blob: bytes, label: int) -> SkeletonPiece | None:
     return SkeletonPiece(vertices, edges, radius)
 
 
+def _tree(skel: Skeleton) -> Skeleton:
+    """The skeleton with its loops broken: a minimum spanning forest of its edges by length."""
+    n = len(skel.vertices)
+    if len(skel.edges) < n:  # a forest has fewer edges than vertices: no loop
+        return skel
+    a, b = skel.edges[:, 0].astype(np.int64), skel.edges[:, 1].astype(np.int64)
+    length = np.linalg.norm(skel.vertices[a] - skel.vertices[b], axis=1) + 1e-6  # 0 would read as no edge
+    forest = minimum_spanning_tree(coo_matrix((length, (a, b)), shape=(n, n))).tocoo()
+    skel.edges = np.stack([forest.row, forest.col], axis=1).astype(np.uint32)
+    return skel
+
+
 def merge_skeleton(pieces: Iterable[SkeletonPiece]) -> bytes | None:
     """One label's skeleton file (Neuroglancer precomputed: uint32 vertices, uint32 edges, float32
     x y z per vertex, uint32 pairs, then float32 radius per vertex) from its pieces: concatenated,
@@ -214,7 +229,12 @@ def merge_skeleton(pieces: Iterable[SkeletonPiece]) -> bytes | None:
         return None
     merged = Skeleton.simple_merge(parts).consolidate(remove_disconnected_vertices=False)
     if len(merged.vertices) > 1:
-        merged = kimimaro.postprocess(merged, dust_threshold=0, tick_threshold=0)
+        # kimimaro.postprocess's steps without dust and tick removal (thresholds 0), but loops
+        # broken by a minimum spanning tree: kimimaro's remove_loops drops every edge of a
+        # component that is one loop (pieces of a flat segment meeting around a seam), and its
+        # join_close_components wants the skeleton in a list.
+        merged = _tree(merged.consolidate())
+        merged = kimimaro_post.join_close_components([merged], restrict_by_radius=True).consolidate()
     merged.extra_attributes = [dict(RADIUS)]
     encoded: bytes = merged.to_precomputed()
     return encoded
