@@ -19,6 +19,7 @@ from ndstore.api.views import (
     permissions,
     precomputed,
     resources,
+    segments,
     sharded,
     unrouted,
     zarr,
@@ -57,7 +58,8 @@ def cutout_routes(prefix: str, view: type[cutout.CutoutView]) -> list:  # type: 
 def standard_view_routes() -> list:  # type: ignore[type-arg]
     """The files of the standard views (precomputed, sharded precomputed, zarr) of a channel."""
     return [path(f"{prefix}/{CHANNEL}{tail}", view.as_view())
-            for prefix, views in (("precomputed", precomputed), ("precomputed-sharded", sharded), ("zarr", zarr))
+            for prefix, views in (("precomputed", precomputed), ("precomputed-sharded", sharded), ("zarr", zarr),
+                                  ("precomputed", segments), ("precomputed-sharded", segments))
             for tail, view in views.ROUTES]
 
 
@@ -92,6 +94,7 @@ urlpatterns = [
     path("v1/image/<path:rest>", image.MalformedImage.as_view()),
     path("v1/blaze/merge/", blaze.BlazeMergeView.as_view()),
     path("v1/downsample/<name:collection>/<name:experiment>/<name:channel>/", downsample.DownsampleView.as_view()),
+    *[path(f"v1/segments/{CHANNEL}{tail}", view.as_view()) for tail, view in segments.API_ROUTES],
     path("v1/ingest/", ingest.IngestJobList.as_view()),
     path("v1/ingest/<int:job_id>/", ingest.IngestJobView.as_view()),
     path("v1/ingest/<int:job_id>/complete/", ingest.IngestJobComplete.as_view()),
