@@ -158,6 +158,10 @@ def test_the_file_is_named_in_the_info_and_cached_like_the_other_files(channel: 
     assert first.status_code == 200 and first["Access-Control-Allow-Origin"] and first["ETag"]
     again = channel.get(FILES[0], HTTP_IF_NONE_MATCH=first["ETag"])
     assert again.status_code == 304
+    head = channel.head(FILES[0])
+    assert head.status_code == 200 and head["Content-Length"] == str(len(first.content)) and not head.content
+    whole = channel.get(FILES[0], HTTP_RANGE="bytes=0-9")  # a JSON document is sent whole, as the info is
+    assert whole.status_code == 200 and whole.content == first.content
     channel.post(f"{API}/", [{"id": "3", "name": "three"}], format="json")
     assert channel.get(FILES[0], HTTP_IF_NONE_MATCH=first["ETag"]).status_code == 200
 
