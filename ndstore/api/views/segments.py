@@ -50,19 +50,13 @@ SEGMENT = inline_serializer("Segment", {
     "name": serializers.CharField(allow_blank=True), "description": serializers.CharField(allow_blank=True),
     "tags": serializers.ListField(child=serializers.CharField()),
 })
-
-
-def _segment_write() -> serializers.Serializer:
-    return inline_serializer("SegmentWrite", {
-        "id": serializers.CharField(required=False, help_text="the label, a decimal string; optional in a PUT of one"),
-        "name": serializers.CharField(required=False, allow_blank=True, max_length=256),
-        "description": serializers.CharField(required=False, allow_blank=True, max_length=4096),
-        "tags": serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=32),
-    })
-
-
-SEGMENT_WRITE = _segment_write()
-BULK = serializers.ListField(child=_segment_write(), max_length=MAX_PER_REQUEST)
+SEGMENT_WRITE = inline_serializer("SegmentWrite", {
+    "id": serializers.CharField(required=False, help_text="the label, a decimal string; optional in a PUT of one"),
+    "name": serializers.CharField(required=False, allow_blank=True, max_length=256),
+    "description": serializers.CharField(required=False, allow_blank=True, max_length=4096),
+    "tags": serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=32),
+})
+BULK = type(SEGMENT_WRITE)(many=True, max_length=MAX_PER_REQUEST)  # the same component, as a list
 PAGE = inline_serializer("SegmentPage", {
     "segments": serializers.ListField(child=SEGMENT),
     "next": serializers.CharField(allow_null=True, help_text="the `after` of the next page; null on the last"),
