@@ -175,6 +175,9 @@ def test_a_large_channel_lists_the_named_then_the_largest_segments(channel: APIC
     check_neuroglancer_format(info)
     assert [int(i) for i in info["inline"]["ids"]] == sorted([3, 500, *range(100, 92, -1)])
     assert info["ndstore"] == {**info["ndstore"], "segments": 101, "listed": 10, "omitted": 91}
+    top = segment_properties({TOP: Extent(1, (0, 0, 0), (1, 1, 1)), 2**63: Extent(2, (0, 0, 0), (1, 1, 1))}, [TOP],
+                             lambda labels: {}, max_listed=1)
+    assert top["inline"]["ids"] == [str(TOP)]  # written first, though smaller
     small = segment_properties(extents, [], lambda labels: {}, max_bytes=1000)
     assert 0 < small["ndstore"]["listed"] < 12 and small["inline"]["ids"][-1] == "100"
 

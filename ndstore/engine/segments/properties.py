@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ndstore.core import morton
 from ndstore.core.errors import LabelIndexNotServing
 from ndstore.core.geometry import Box, Grid
@@ -81,9 +83,12 @@ def listing_order(extents: Mapping[int, Extent], written: Iterable[int]) -> list
     """Every segment, in the order the file takes them while it has room: those with written
     properties first, then the rest, each by voxels (largest first), then by id."""
     named = set(written)
-    everyone = named | extents.keys()
+    everyone = list(named | extents.keys())
     none = Extent(0, (0, 0, 0), (0, 0, 0))
-    return sorted(everyone, key=lambda label: (label not in named, -extents.get(label, none).voxels, label))
+    voxels = np.fromiter((extents.get(label, none).voxels for label in everyone), np.int64, len(everyone))
+    unnamed = np.fromiter((label not in named for label in everyone), bool, len(everyone))
+    labels = np.array(everyone, np.uint64)
+    return [int(v) for v in labels[np.lexsort((labels, -voxels, unnamed))].tolist()]
 
 
 def segment_properties(extents: Mapping[int, Extent], written: Iterable[int],
