@@ -209,7 +209,8 @@ class SegmentPropertiesFile(PrecomputedView):
         rows = SegmentProperty.objects.filter(channel=chan)
         written = [int(label) for label in rows.values_list("label", flat=True)]
         # the JSON text at most (the index entries were read already, and are about as large)
-        budget.reserve(request, min(200 * (len(extents) + len(written)), 48 << 20), None, reading=0)
+        estimate = min(200 * (len(extents) + len(written)), 48 << 20)
+        budget.reserve(request, estimate, None, reading=estimate)
 
         def fetch(labels: list[int]) -> dict[int, Written]:
             return {int(r.label): Written(r.name, r.description, r.tags)
