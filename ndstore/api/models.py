@@ -206,3 +206,27 @@ class AuditEntry(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
+
+
+LABEL_DIGITS = 20  # 2^64 - 1 has 20 decimal digits
+
+
+def label_key(label: int) -> str:
+    """A label as SegmentProperty.label stores it: zero-padded decimal, so that uint64 labels fit
+    any database (no signed 64-bit column holds 2^63) and order as numbers."""
+    return f"{label:0{LABEL_DIGITS}d}"
+
+
+class SegmentProperty(models.Model):
+    """What users wrote about one label of an annotation channel: a name, a description and tags
+    (ndstore.api.views.segments). Voxel counts and bounding boxes come from the label index."""
+
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="segment_properties")
+    label = models.CharField(max_length=LABEL_DIGITS)  # label_key(label)
+    name = models.CharField(max_length=256, blank=True, default="")
+    description = models.CharField(max_length=4096, blank=True, default="")
+    tags = models.JSONField(default=list, blank=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["channel", "label"], name="unique_segment_label")]

@@ -21,6 +21,7 @@ from ndstore.api.views import (
     precomputed,
     resources,
     segmentation,
+    segments,
     sharded,
     skeletons,
     unrouted,
@@ -62,6 +63,7 @@ def standard_view_routes() -> list:  # type: ignore[type-arg]
     return [path(f"{prefix}/{CHANNEL}{tail}", view.as_view())
             for prefix, routes in (("precomputed", skeletons.ROUTES), ("precomputed-sharded", skeletons.SHARDED_ROUTES),
                                    ("precomputed", meshes.ROUTES), ("precomputed-sharded", meshes.SHARDED_ROUTES),
+                                   ("precomputed", segments.ROUTES), ("precomputed-sharded", segments.ROUTES),
                                    ("precomputed", precomputed.ROUTES), ("precomputed-sharded", sharded.ROUTES),
                                    ("zarr", zarr.ROUTES))
             for tail, view in routes]
@@ -100,6 +102,7 @@ urlpatterns = [
     path("v1/downsample/<name:collection>/<name:experiment>/<name:channel>/", downsample.DownsampleView.as_view()),
     path("v1/segmentation/<name:collection>/<name:experiment>/<name:channel>/",
          segmentation.SegmentationView.as_view()),
+    *[path(f"v1/segments/{CHANNEL}{tail}", view.as_view()) for tail, view in segments.API_ROUTES],
     path("v1/ingest/", ingest.IngestJobList.as_view()),
     path("v1/ingest/<int:job_id>/", ingest.IngestJobView.as_view()),
     path("v1/ingest/<int:job_id>/complete/", ingest.IngestJobComplete.as_view()),
