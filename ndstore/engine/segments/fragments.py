@@ -12,7 +12,9 @@ key (`_ndstore-seg&<kind>&<supercuboid name>`): reindexing and channel listings 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ndstore.core import morton
 from ndstore.core.errors import LabelIndexNotServing
@@ -22,6 +24,8 @@ from ndstore.storage.interfaces import ObjectStore
 
 PREFIX = "_ndstore-seg&"
 KINDS = ("mesh", "skeleton")
+LABELS_TTL_S = 2.0
+CACHED_LABELS = 100_000
 LOW_SIDE = [(dx, dy, dz) for dz in (0, 1) for dy in (0, 1) for dx in (0, 1)]
 
 
@@ -43,9 +47,14 @@ def low_side(codes: Iterable[int]) -> set[int]:
 
 
 class Fragments:
-    def __init__(self, objects: ObjectStore, labels: LabelKeeper | None):
+    def __init__(self, objects: ObjectStore, labels: LabelKeeper | None, labels_ttl_s: float = LABELS_TTL_S,
+                 clock: Callable[[], float] = time.monotonic):
         self.objects = objects
         self.labels = labels
+        self.labels_ttl_s = labels_ttl_s
+        self._clock = clock
+        self._listed: dict[VolumeKey, tuple[float, Mapping[int, int]]] = {}
+        self._guard = threading.Lock()
 
     def put(self, kind: str, key: SupercuboidKey, blob: bytes) -> None:
         self.objects.put_many({object_key(kind, key): blob})
@@ -72,7 +81,22 @@ class Fragments:
         return self.get_many(kind, self.holding(volume, label))
 
     def labels_in(self, volume: VolumeKey) -> Mapping[int, int]:
-        """label -> voxels of every label the index lists in the volume (0 excluded)."""
+        """label -> voxels of every label the index lists in the volume (0 excluded). A reader
+        of a shard asks three times in a row (its index, minishard index, then the bytes): a
+        listing is kept `labels_ttl_s` (products lag their writes by more than that anyway),
+        where it holds at most CACHED_LABELS labels."""
+        with self._guard:
+            until, listed = self._listed.get(volume, (0.0, {}))
+        if self._clock() < until:
+            return listed
+        listed = self._list(volume)
+        if len(listed) <= CACHED_LABELS:
+            with self._guard:
+                self._listed = {v: e for v, e in self._listed.items() if e[0] > self._clock()}
+                self._listed[volume] = (self._clock() + self.labels_ttl_s, listed)
+        return listed
+
+    def _list(self, volume: VolumeKey) -> Mapping[int, int]:
         if self.labels is None or not self.labels.serves(volume.channel_prefix):
             raise LabelIndexNotServing("the label index does not serve this channel yet: segmentation products need it "
                                      "(an operator runs `ndstore reindex --labels`)")
