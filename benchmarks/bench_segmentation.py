@@ -379,8 +379,20 @@ def get_ok(session: requests.Session, url: str, headers: dict[str, str] | None =
     return fn
 
 
+def anonymous_manifests(api: Api, channel: str, label: int, most: int) -> dict[str, Any]:
+    """Anonymous GETs of one manifest until the first 429 (each is charged the fragment objects
+    it reads to the address's read budget, NDSTORE_ANON_READ_BYTES_*), at most ``most``."""
+    url, start = manifest_url(api, channel, label), time.perf_counter()
+    for i in range(most):
+        r = api.anon.get(url, timeout=60)
+        if r.status_code == 429:
+            return {"before_429": i, "seconds": time.perf_counter() - start}
+        r.raise_for_status()
+    return {"before_429": None, "seconds": time.perf_counter() - start, "tried": most}
+
+
 def read_latencies(api: Api, label_channels: dict[str, Array], n: int, rounds: int) -> dict[str, Any]:
-    s = api.anon
+    s = api.admin  # with the token: anonymous readers are charged each manifest's fragment objects (below)
     out: dict[str, Any] = {"healthz": latency_rounds(get_ok(s, f"{api.url}/healthz"), n, rounds)}
     with plain_wsgi_server() as plain:  # a trivial GET with no framework, auth or storage
         out["plain_wsgi"] = latency_rounds(get_ok(s, plain.url), n, rounds)
@@ -401,6 +413,10 @@ def read_latencies(api: Api, label_channels: dict[str, Array], n: int, rounds: i
         print(f"  {ch}: properties p50 {fmt(out[ch]['segment_properties']['p50_ms'], 1)} ms, manifest p50 "
               f"{fmt(out[ch]['manifest']['p50_ms'], 1)} ms, shard index p50 {fmt(out[ch]['shard_index']['p50_ms'], 1)}",
               flush=True)
+    ch = list(label_channels)[-1]
+    labels = np.unique(label_channels[ch])
+    out["anonymous_manifests"] = {"channel": ch, **anonymous_manifests(api, ch, int(labels[-1]), 2000)}
+    print(f"  anonymous manifest GETs before a 429: {out['anonymous_manifests']}", flush=True)
     return out
 
 
@@ -465,6 +481,10 @@ def table(record: dict[str, Any]) -> list[list[str]]:
                          f"/healthz {ceiling['p50_ms']['median']:.1f} / {ceiling['p95_ms']['median']:.1f}",
                          f"{v['p50_ms']['median'] / ceiling['p50_ms']['median']:.1f}x / "
                          f"{v['p95_ms']['median'] / ceiling['p95_ms']['median']:.1f}x"])
+    anon = lat.get("anonymous_manifests")
+    if anon:
+        rows.append([f"anonymous GETs of one manifest ({lat[anon['channel']]['labels']} labels) before the first "
+                     f"429 (read budget)", f"{anon['before_429']} in {anon['seconds']:.1f} s", "", ""])
     rows.append(["ceiling: GET /healthz of the same stack, ms: p50 / p95",
                  f"{fmt(ceiling['p50_ms'], 2)} / {fmt(ceiling['p95_ms'], 2)}", "", ""])
     plain = lat["plain_wsgi"]
@@ -489,7 +509,8 @@ def main() -> None:
              "zmesh and kimimaro single-threaded), blocks with their one-voxel overlap, an inner supercuboid; "
              "ratio = the library alone's time / the product's time, per round. The stack: `ndstore up`'s "
              "processes (2 gunicorn workers, the runner's 2 worker processes polling the products queue, "
-             "file object store, SQLite index), idle but for the benchmark; reads anonymous (public channels), "
+             "file object store, SQLite index), idle but for the benchmark; lags polled anonymously (public channels), "
+             "latencies read with the token, "
              "sequential, one client. The host has 2 cores shared with other work: 1-min load average at "
              "start / after per-core / before the stack's figures / after the lags / at the end: "
              + " / ".join(f"{x[0]:.2f}" for x in loads) + ".")
