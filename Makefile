@@ -46,6 +46,7 @@ bench: system-deps venv
 	$(PY) -m benchmarks.bench_reliability
 	$(PY) -m benchmarks.bench_memory
 	$(PY) -m benchmarks.bench_label_index
+	$(PY) -m benchmarks.bench_segmentation
 	$(PY) -m benchmarks.summary
 
 bench-quick: system-deps venv
@@ -57,6 +58,7 @@ bench-quick: system-deps venv
 	$(PY) -m benchmarks.bench_viewer --quick
 	$(PY) -m benchmarks.bench_reliability --quick
 	$(PY) -m benchmarks.bench_label_index --quick
+	$(PY) -m benchmarks.bench_segmentation --quick
 	$(PY) -m benchmarks.bench_memory --quick
 	$(PY) -m benchmarks.summary
 
