@@ -23,6 +23,7 @@ import numpy as np
 from ndstore.core.errors import NotFound
 from ndstore.core.geometry import Box, level_extent
 from ndstore.core.precomputed import RAW, PrecomputedVolume
+from ndstore.core.segments.shards import minishard_index
 
 MAX_SHARD_VOXEL_BYTES = 32 << 20
 MAX_ENCODED_SHARD_VOXEL_BYTES = 2 << 20  # 8 cuboids: every ranged read of such a shard encodes them all
@@ -122,20 +123,6 @@ def shard_layout(shards: LevelShards, shard: int, sizes: list[int] | None = None
         pieces.append(Piece(at, size, box=box))
         at += size
     return pieces
-
-
-def minishard_index(ids: list[int], starts: list[int], sizes: list[int]) -> bytes:
-    """A raw minishard index of entries in ascending id order: ``starts`` are offsets from the
-    end of the shard index; ids and starts are stored delta-coded (a start relative to the end
-    of the entry before it)."""
-    n = len(ids)
-    if n == 0:
-        return b""
-    id_array = np.array(ids, np.uint64)
-    start_array, size_array = np.array(starts, np.uint64), np.array(sizes, np.uint64)
-    ends = np.concatenate([np.zeros(1, np.uint64), (start_array + size_array)[:-1]])
-    deltas = np.diff(id_array, prepend=np.uint64(0))
-    return b"".join(a.astype("<u8").tobytes() for a in (deltas, start_array - ends, size_array))
 
 
 def overlapping(pieces: list[Piece], first: int, last: int) -> Iterator[tuple[Piece, int, int]]:

@@ -57,7 +57,7 @@ from ndstore.core import morton
 from ndstore.core.errors import DataCorrupt
 from ndstore.core.geometry import XYZ, Box
 from ndstore.core.segments.bounds import MeshBounds, check_mesh_bounds
-from ndstore.core.sharded import minishard_index
+from ndstore.core.segments.shards import minishard_index
 
 MAGIC = b"NDMESH1\n"
 FORMAT_VERSION = 1

@@ -93,3 +93,17 @@ def shard_file(entries: Mapping[int, bytes], spec: ShardSpec) -> bytes:
         indexes.append(deltas.tobytes() + offsets.tobytes() + sizes.tobytes())
     head = struct.pack(f"<{len(shard_index)}Q", *shard_index)
     return b"".join([head, *indexes, *(entries[key] for key in ordered)])
+
+
+def minishard_index(ids: list[int], starts: list[int], sizes: list[int]) -> bytes:
+    """A raw minishard index of entries in ascending id order: ``starts`` are offsets from the
+    end of the shard index; ids and starts are stored delta-coded (a start relative to the end
+    of the entry before it)."""
+    n = len(ids)
+    if n == 0:
+        return b""
+    id_array = np.array(ids, np.uint64)
+    start_array, size_array = np.array(starts, np.uint64), np.array(sizes, np.uint64)
+    ends = np.concatenate([np.zeros(1, np.uint64), (start_array + size_array)[:-1]])
+    deltas = np.diff(id_array, prepend=np.uint64(0))
+    return b"".join(a.astype("<u8").tobytes() for a in (deltas, start_array - ends, size_array))
