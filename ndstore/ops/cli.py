@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -157,15 +158,31 @@ def blaze_status() -> None:
     click.echo(json.dumps({"pending": svc.blaze_buffer.stats().as_dict(), "merger": svc.merger_presence.merger()}))
 
 
+def _channel_job(engine_help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The options of a job over a whole channel, run through the service's queues or on Spark."""
+    options = [
+        click.argument("channel"),
+        click.option("--engine", type=click.Choice(["sqs", "spark"]), default="sqs", show_default=True,
+                     help=engine_help),
+        click.option("--server", default="http://127.0.0.1:8000", show_default=True, help="The service (engine sqs)."),
+        click.option("--token", envvar="NDSTORE_TOKEN",
+                     help="Token with admin permission on the channel (engine sqs)."),
+        click.option("--master", default=None,
+                     help="Spark master (engine spark; default NDSTORE_SPARK_MASTER or local[*])."),
+        click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+                     help="Engine spark: the data dir of a local stack (its metadata and settings)."),
+    ]
+
+    def wrap(fn: Callable[..., None]) -> Callable[..., None]:
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return wrap
+
+
 @commands.command()
-@click.argument("channel")
-@click.option("--engine", type=click.Choice(["sqs", "spark"]), default="sqs", show_default=True,
-              help="sqs: ask the service (its queues and Lambda or local runner); spark: run the build here.")
-@click.option("--server", default="http://127.0.0.1:8000", show_default=True, help="The service (engine sqs).")
-@click.option("--token", envvar="NDSTORE_TOKEN", help="Token with admin permission on the channel (engine sqs).")
-@click.option("--master", default=None, help="Spark master (engine spark; default NDSTORE_SPARK_MASTER or local[*]).")
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
-              help="Engine spark: the data dir of a local stack (its metadata and settings).")
+@_channel_job("sqs: ask the service (its queues and Lambda or local runner); spark: run the build here.")
 @click.option("--progress/--no-progress", default=True)
 def downsample(channel: str, engine: str, server: str, token: str | None, master: str | None,
                data_dir: Path | None, progress: bool) -> None:
@@ -191,14 +208,7 @@ def downsample(channel: str, engine: str, server: str, token: str | None, master
 
 
 @commands.command()
-@click.argument("channel")
-@click.option("--engine", type=click.Choice(["sqs", "spark"]), default="sqs", show_default=True,
-              help="sqs: ask the service to queue every rebuild (Lambda or the local runner); spark: run them here.")
-@click.option("--server", default="http://127.0.0.1:8000", show_default=True, help="The service (engine sqs).")
-@click.option("--token", envvar="NDSTORE_TOKEN", help="Token with admin permission on the channel (engine sqs).")
-@click.option("--master", default=None, help="Spark master (engine spark; default NDSTORE_SPARK_MASTER or local[*]).")
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
-              help="Engine spark: the data dir of a local stack (its metadata and settings).")
+@_channel_job("sqs: ask the service to queue every rebuild (Lambda or the local runner); spark: run them here.")
 def segmentation(channel: str, engine: str, server: str, token: str | None, master: str | None,
                  data_dir: Path | None) -> None:
     """Rebuild every mesh and skeleton of the label CHANNEL (collection/experiment/channel)."""

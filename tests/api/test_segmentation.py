@@ -61,19 +61,26 @@ def rebuild_all(timeout_s: float = REBUILD_TIMEOUT_S) -> int:
     raise AssertionError(f"rebuilds still queued after {timeout_s} s: {products.queued()}")
 
 
-@pytest.fixture
-def labelled(admin: APIClient) -> np.ndarray:
-    ds = make_frame_dataset(admin, "seg", lo=(0, 0, 0), hi=FRAME, voxel=NM, unit="nanometers", method="anisotropic",
-                            levels=1, channels={"ann": "uint64"})
+def public_label_channel(admin: APIClient, vol: np.ndarray, voxel_nm: tuple[float, float, float] = NM) -> None:
+    """The public uint64 channel `seg/e1/ann` of ``vol`` (z, y, x), written through direct I/O,
+    its products rebuilt by the pipeline."""
+    frame = vol.shape[::-1]
+    ds = make_frame_dataset(admin, "seg", lo=(0, 0, 0), hi=frame, voxel=voxel_nm, unit="nanometers",
+                            method="anisotropic", levels=1, channels={"ann": "uint64"})
     assert admin.put("/v1/collection/seg/", {"public": True}, format="json").status_code == 200
-    vol = volume()
-    r = admin.generic("POST", ds.cutout("ann", 0, (0, FRAME[0]), (0, FRAME[1]), (0, FRAME[2]), direct=True),
+    r = admin.generic("POST", ds.cutout("ann", 0, (0, frame[0]), (0, frame[1]), (0, frame[2]), direct=True),
                       vol.tobytes(), content_type=OCTET)
     assert r.status_code == 201, r.content
     status = admin.get("/v1/segmentation/seg/e1/ann/").json()
     assert status["stale"] == 4, status  # every supercuboid of the volume, marked by the write
     assert rebuild_all() >= 4
     assert admin.get("/v1/segmentation/seg/e1/ann/").json()["stale"] == 0
+
+
+@pytest.fixture
+def labelled(admin: APIClient) -> np.ndarray:
+    vol = volume()
+    public_label_channel(admin, vol)
     return vol
 
 

@@ -33,11 +33,9 @@ from PIL import Image
 from playwright.sync_api import Browser, Page
 from rest_framework.test import APIClient
 
-from tests.api.test_precomputed import make_frame_dataset
-from tests.api.test_segmentation import rebuild_all
+from tests.api.test_segmentation import public_label_channel
 from tests.viewer.test_neuroglancer_e2e import browser, pytestmark  # noqa: F401  (fixture; skip marks)
 
-OCTET = "application/octet-stream"
 FRAME = (600, 96, 14)  # x y z: two uint64 supercuboids (512 x 512 x 8) in x, two in z
 NM = (4.0, 4.0, 40.0)
 BALL, BIG, TUBE = 7, 2**63 + 5, 2**64 - 1  # labels past 2^63 go through the browser's uint64 too
@@ -76,15 +74,8 @@ def volume() -> np.ndarray:
 @pytest.fixture
 def segmented(admin: APIClient) -> np.ndarray:
     """The public label channel `seg/e1/ann`: written, its products rebuilt, its segments named."""
-    ds = make_frame_dataset(admin, "seg", lo=(0, 0, 0), hi=FRAME, voxel=NM, unit="nanometers", method="anisotropic",
-                            levels=1, channels={"ann": "uint64"})
-    assert admin.put("/v1/collection/seg/", {"public": True}, format="json").status_code == 200
     vol = volume()
-    r = admin.generic("POST", ds.cutout("ann", 0, (0, FRAME[0]), (0, FRAME[1]), (0, FRAME[2]), direct=True),
-                      vol.tobytes(), content_type=OCTET)
-    assert r.status_code == 201, r.content
-    assert rebuild_all() >= 4  # every supercuboid the write marked
-    assert admin.get("/v1/segmentation/seg/e1/ann/").json()["stale"] == 0
+    public_label_channel(admin, vol, NM)  # written, every supercuboid's products rebuilt
     body = [{"id": str(label), **props} for label, props in SEGMENTS.items()]
     r = admin.post("/v1/segments/seg/e1/ann/", body, format="json")
     assert r.status_code == 200, r.content
