@@ -181,6 +181,22 @@ def _channel_job(engine_help: str) -> Callable[[Callable[..., None]], Callable[.
     return wrap
 
 
+def _channel_names(channel: str) -> list[str]:
+    names = channel.split("/")
+    if len(names) != 3:
+        raise click.BadParameter(f"CHANNEL must be collection/experiment/channel, not {channel!r}")
+    return names
+
+
+def _on_spark(data_dir: Path | None, command: str, channel: str, **options: object) -> None:
+    """Run a channel job's management command here, on Spark, with a local stack's settings."""
+    _stack_env(data_dir)
+    _django(data_dir)
+    from django.core.management import call_command
+
+    call_command(command, channel, **options)
+
+
 @commands.command()
 @_channel_job("sqs: ask the service (its queues and Lambda or local runner); spark: run the build here.")
 @click.option("--progress/--no-progress", default=True)
@@ -189,15 +205,9 @@ def downsample(channel: str, engine: str, server: str, token: str | None, master
     """Build every resolution level of CHANNEL (collection/experiment/channel) from its base."""
     import json
 
-    names = channel.split("/")
-    if len(names) != 3:
-        raise click.BadParameter(f"CHANNEL must be collection/experiment/channel, not {channel!r}")
+    names = _channel_names(channel)
     if engine == "spark":
-        _stack_env(data_dir)
-        _django(data_dir)
-        from django.core.management import call_command
-
-        call_command("ndstore_downsample", channel, master=master, no_progress=not progress)
+        _on_spark(data_dir, "ndstore_downsample", channel, master=master, no_progress=not progress)
         return
     from ndstore.client.downsample import downsample_through_service
 
@@ -214,15 +224,9 @@ def segmentation(channel: str, engine: str, server: str, token: str | None, mast
     """Rebuild every mesh and skeleton of the label CHANNEL (collection/experiment/channel)."""
     import json
 
-    names = channel.split("/")
-    if len(names) != 3:
-        raise click.BadParameter(f"CHANNEL must be collection/experiment/channel, not {channel!r}")
+    names = _channel_names(channel)
     if engine == "spark":
-        _stack_env(data_dir)
-        _django(data_dir)
-        from django.core.management import call_command
-
-        call_command("ndstore_segmentation", channel, master=master)
+        _on_spark(data_dir, "ndstore_segmentation", channel, master=master)
         return
     import requests
 

@@ -195,3 +195,16 @@ def test_marks_that_cannot_be_queued_do_not_fail_the_write(svc: wiring.Services,
     cutout = make_cutout(ch, 0, Box((10, 5, 1), (20, 15, 3)), range(0, 1), LIMIT)
     assert (svc.plane.read(cutout) == 3).all()
     assert "marking the segmentation products" in caplog.text
+
+
+def test_a_kind_skipped_is_reported_while_the_others_are_built(svc: wiring.Services, ch: ChannelVolume,
+                                                               products: tuple[ProductUpkeep, Recorder]) -> None:
+    upkeep, skipping = products
+    skipping.fail_with = "too many boundary faces"
+    building = Recorder()
+    upkeep.builders = {"mesh": skipping, "skeleton": building}
+    write(svc, ch, (10, 5, 1), (20, 15, 3), 3)
+    assert drain(upkeep) == ["skipped"]
+    key = ch.volume_key(0, 0).supercuboid(0)
+    assert svc.fragments.get_many("mesh", [key]) == {}
+    assert json.loads(svc.fragments.get_many("skeleton", [key])[key])["labels"] == [3]

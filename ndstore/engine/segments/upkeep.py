@@ -196,9 +196,9 @@ class ProductUpkeep:
             return "no spec"
         started = self._clock()
         box, block = self._block(spec.channel, key)
-        outcome = "built"
-        for kind, build in self.builders.items():
-            outcome = self._build_one(kind, build, key, spec, box, block) if box is not None else "empty"
+        outcomes = ["empty"] if box is None else [self._build_one(kind, build, key, spec, box, block)
+                                                  for kind, build in self.builders.items()]
+        outcome = "skipped" if "skipped" in outcomes else outcomes[0]  # a kind skipped is what to report
         if mark is not None:
             with self.locks.hold(self._markers_of(key)):
                 if self._mark_of(key) == mark:
