@@ -231,8 +231,6 @@ def build(config: Config) -> Services:
         functools.partial(_products_queue, config), functools.partial(Signer, config.secret_key, "segments"),
         metrics)
     base = BaseTier(objects, index, locks, config.io_parallelism, config.read_window_bytes, labels, products)
-    if products is not None:
-        products.base = base
     cache_url = config.cache_redis_url or config.redis_url
     # small reads and writes skip the locks when the locks' keys live in the cache's Redis: the
     # cache adapter, told so, offers lock-free commits (RedisCuboidCache.lock_free)
@@ -258,6 +256,8 @@ def build(config: Config) -> Services:
                                                                        config.read_window_bytes),
                         config.anon_bytes_in_flight)
     plane = DataPlane(cache, blaze, index, StoredLevels(objects), budget, config.read_window_bytes, labels)
+    if products is not None:
+        products.plane = plane  # a rebuild reads what the base tier holds, through the front door
     return Services(config, objects, index, labels, locks, metrics, cache, direct, plane, buffer,
                     RedisMergeRequests(blaze_redis), RedisMergerPresence(blaze_redis), blaze, Merger(buffer, cache),
                     blaze_ledger, probes, products)

@@ -39,6 +39,7 @@ from ndstore.core.keys import SEPARATOR, SupercuboidKey, VolumeKey
 from ndstore.core.observe import NULL, Observer
 from ndstore.core.segments.bounds import Skipped
 from ndstore.core.signing import Signer
+from ndstore.engine.dataplane import Read
 from ndstore.engine.label_index import LabelKeeper
 from ndstore.engine.segments.fragments import LOW_SIDE, PREFIX, Fragments, low_side
 from ndstore.engine.volume import ChannelVolume, Cutout
@@ -62,8 +63,8 @@ class Builder(Protocol):
         Raises Skipped."""
 
 
-class Reader(Protocol):
-    def read(self, cutout: Cutout) -> Array: ...
+class Voxels(Protocol):
+    def read(self, cutout: Cutout, mode: Read = Read.LIVE) -> Array: ...
 
 
 @dataclass(frozen=True)
@@ -101,9 +102,10 @@ def affected(spec: ProductSpec, stored: Iterable[int], t: int) -> list[Supercubo
 
 class ProductUpkeep:
     def __init__(self, objects: ObjectStore, fragments: Fragments, labels: LabelKeeper, locks: ExclusiveLocks,
-                 base: Reader | None, builders: Mapping[str, Builder], queue: Callable[[], ProductQueue],
+                 plane: Voxels | None, builders: Mapping[str, Builder], queue: Callable[[], ProductQueue],
                  signer: Callable[[], Signer], observer: Observer = NULL, clock: Callable[[], float] = time.time):
-        """``base``: where voxels are read (the base tier; given once built, when None here).
+        """``plane``: the data plane, whose base tier a rebuild reads (given once built, when
+        None here: the base tier it reads is built with this upkeep).
         ``queue`` and ``signer`` (the service's key: a spec is sealed with it, so whoever can
         write the object store cannot point a rebuild at another channel) are made on first
         use: most processes that store supercuboids never touch a label channel."""
@@ -111,7 +113,7 @@ class ProductUpkeep:
         self.fragments = fragments
         self.labels = labels
         self.locks = locks
-        self.base = base
+        self.plane = plane
         self.builders = builders
         self._queue_factory = queue
         self._signer_factory = signer
@@ -236,8 +238,8 @@ class ProductUpkeep:
             return None, None
         grown = Box(box.lo, tuple(min(h + 1, e) for h, e in zip(box.hi, extent.hi)))  # type: ignore[arg-type]
         t = key.volume.time
-        assert self.base is not None, "the upkeep reads through the base tier it is given"
-        data = self.base.read(Cutout(channel, 0, grown, range(t, t + 1)))[0]
+        assert self.plane is not None, "the upkeep reads through the data plane it is given"
+        data = self.plane.read(Cutout(channel, 0, grown, range(t, t + 1)), Read.RAW)[0]  # what the base holds
         return box, (data if data.any() else None)
 
     def _mark_of(self, key: SupercuboidKey) -> dict[str, Any] | None:
