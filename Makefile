@@ -47,6 +47,7 @@ bench: system-deps venv
 	$(PY) -m benchmarks.bench_memory
 	$(PY) -m benchmarks.bench_label_index
 	$(PY) -m benchmarks.bench_segmentation
+	$(PY) -m benchmarks.bench_views
 	$(PY) -m benchmarks.summary
 
 bench-quick: system-deps venv
@@ -60,6 +61,7 @@ bench-quick: system-deps venv
 	$(PY) -m benchmarks.bench_label_index --quick
 	$(PY) -m benchmarks.bench_segmentation --quick
 	$(PY) -m benchmarks.bench_memory --quick
+	$(PY) -m benchmarks.bench_views --quick
 	$(PY) -m benchmarks.summary
 
 lint: venv

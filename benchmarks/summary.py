@@ -18,7 +18,7 @@ from benchmarks.common import RESULTS, fmt
 
 Record = dict[str, Any]
 SOURCES = ("direct_io", "cache_tier", "blaze", "ingest", "downsample", "viewer", "load", "reliability", "memory",
-           "segmentation")
+           "segmentation", "views")
 
 
 def load() -> dict[str, Record]:
@@ -244,6 +244,35 @@ def rows(results: dict[str, Record]) -> list[list[str]]:
                 "met" if q["p95"] <= 30 else f"short: {q['p95'] / 30:.2f} of goal")
 
     row("a label write (direct) reaching its mesh manifest, idle stack", "p95 ≤ 30 s", "segmentation", lag)
+
+    def views(prefix: str, kinds: tuple[str, ...], key: str, goal: float) -> Callable[[Record], tuple[str, str, str]]:
+        """Issue 50: the chunk views against a static copy of their files on nginx, same run, same
+        client; a ratio is 1.0 at static's speed (throughputs NDStore / static, times static /
+        NDStore) and the verdict is the lowest of the views'."""
+        unit, digits, is_time = {"MBps": ("MB/s", 0, False), "s": ("s", 2, True)}.get(key, ("ms", 2, True))
+
+        def build(r: Record) -> tuple[str, str, str]:
+            figures = r["neuroglancer" if prefix == "neuroglancer" else "readers"]
+            ratios = {k: figures[f"{prefix}_{k}"]["ratio"][key]["median"] ** (-1 if is_time else 1) for k in kinds}
+            worst = min(ratios, key=lambda k: ratios[k])
+            m = figures[f"{prefix}_{worst}"]
+            several = len(kinds) > 1
+            return (f"{fmt(m['ndstore'][key], digits)} {unit}, static {fmt(m['static'][key], digits)}"
+                    + (f" ({worst}, the lowest ratio)" if several else ""),
+                    "of static: " + ", ".join(f"{k + ' ' if several else ''}{v:.2f}" for k, v in ratios.items()),
+                    _verdict(ratios[worst], goal))
+        return build
+
+    row("chunk views: TensorStore reading level 0 whole over HTTP (zarr3, precomputed, sharded), MB/s",
+        "≥ 0.7 of static", "views", views("tensorstore", ("zarr3", "precomputed", "sharded"), "MBps", 0.7))
+    row("chunk views: CloudVolume reading level 0 whole, 1 thread, MB/s", "≥ 0.9 of static", "views",
+        views("cloudvolume", ("1",), "MBps", 0.9))
+    row("chunk views: one chunk, sequential GETs (zarr, precomputed), p50", "≤ 1.5x static", "views",
+        views("chunk", ("zarr", "precomputed"), "p50_ms", 1 / 1.5))
+    row("chunk views: one chunk, sequential GETs (zarr, precomputed), p99", "≤ 2x static", "views",
+        views("chunk", ("zarr", "precomputed"), "p99_ms", 1 / 2))
+    row("chunk views: Neuroglancer drawing a 4-panel view (zarr3, precomputed)", "≤ 1.2x static", "views",
+        views("neuroglancer", ("zarr3", "precomputed"), "s", 1 / 1.2))
     return out
 
 
