@@ -5,6 +5,11 @@ own. The cache tier can then page a supercuboid in by slicing bytes (no recompre
 read of part of a supercuboid decompresses only the cuboids it touches. An all-zero cuboid is
 stored as a zero-length entry; an all-zero supercuboid is not stored at all.
 
+Each cuboid is a c-blosc 1.x frame (LZ4, level 1, byte shuffle): the frame a Zarr v3 `blosc`
+codec reads, so the zarr view sends a stored cuboid as its chunk, byte for byte
+(docs/design/standard-views.md, "Store-native chunks"). Cuboids written before were blosc2
+frames (format version 3 and up); blosc2 reads both.
+
 Layout (little endian):  b"NDSC" | u8 version | 4s dtype (numpy .str, padded) |
 3 x u32 cuboid shape (z, y, x) | 3 x u8 cuboid counts (z, y, x) | N x u32 entry lengths |
 the N entries, cuboids in C order of their (z, y, x) position.
@@ -17,6 +22,7 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+import blosc
 import blosc2
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +46,17 @@ Mapper = Callable[[Callable[[T], R], Iterable[T]], Iterable[R]]
 # only works if blosc2 lets go of the GIL while it (de)compresses: by default it does not.
 blosc2.set_nthreads(1)
 blosc2.set_releasegil(True)
+# The same for python-blosc, which writes the cuboids: one thread also keeps its output the same
+# for the same voxels (core/wire.py says why that matters for ETags).
+blosc.set_nthreads(1)
+blosc.set_releasegil(True)
+CUBOID_CODEC = {"cname": "lz4", "clevel": 1, "shuffle": "shuffle"}  # as a Zarr v3 blosc codec names it
+BLOSC1_MAX_VERSION = 2  # a frame's first byte: c-blosc 1.x writes 2, blosc2 3 and up
+
+
+def is_blosc1(blob: bytes | memoryview) -> bool:
+    """Whether a stored cuboid is a c-blosc 1.x frame (what a Zarr blosc codec reads)."""
+    return len(blob) > 0 and blob[0] <= BLOSC1_MAX_VERSION
 
 
 def compress_cuboid(cuboid: npt.NDArray[np.generic]) -> bytes:
@@ -47,9 +64,8 @@ def compress_cuboid(cuboid: npt.NDArray[np.generic]) -> bytes:
     data = np.ascontiguousarray(cuboid)
     if not data.any():
         return b""
-    return blosc2.compress(  # type: ignore[no-any-return]
-        data, typesize=data.dtype.itemsize, clevel=1, filter=blosc2.Filter.SHUFFLE, codec=blosc2.Codec.LZ4
-    )
+    return blosc.compress(data, typesize=data.dtype.itemsize, clevel=1,  # type: ignore[no-any-return]
+                          shuffle=blosc.SHUFFLE, cname="lz4")
 
 
 def decompress_cuboid(blob: bytes | memoryview, dtype: np.dtype,
@@ -59,6 +75,19 @@ def decompress_cuboid(blob: bytes | memoryview, dtype: np.dtype,
     out = np.empty(shape_zyx, dtype)
     _decompress_into(blob, out)
     return out
+
+
+def cuboid_bytes(blob: bytes | memoryview, nbytes: int) -> bytes:
+    """A stored cuboid's voxels as bytes (C order of z, y, x): what a raw chunk of it is."""
+    if not blob:
+        return bytes(nbytes)
+    try:
+        raw = blosc.decompress(blob) if is_blosc1(blob) else blosc2.decompress(blob)
+    except Exception as exc:  # blosc raises bare errors on damaged bytes, as in _decompress_into
+        raise DataCorrupt(f"cuboid blob does not decompress: {exc}") from exc
+    if len(raw) != nbytes:
+        raise DataCorrupt(f"cuboid blob holds {len(raw)} bytes, a cuboid {nbytes}")
+    return raw  # type: ignore[no-any-return]
 
 
 def cuboid_boxes(cuboid: XYZ, counts: XYZ) -> list[Box]:
