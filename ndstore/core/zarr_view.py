@@ -9,8 +9,9 @@ Layout (decisions, docs/design/standard-views.md):
 - array `{level}`: shape (time samples, the level's extent in z, y, x), chunk shape
   (1, cuboid z, y, x) on a grid from the extent's first voxel; a frame that does not start at 0
   is placed by a `translation`, so zarr index 0 is voxel `extent.lo`;
-- codec `bytes` (little endian), no compressor: the chunk bytes are the voxels, which makes a
-  `Range` read of a chunk meaningful and costs no CPU to encode; fill_value 0;
+- codecs `bytes` (little endian) then `blosc` (LZ4, level 1, byte shuffle): the frame every
+  stored cuboid is (core/chunks.py), so a chunk on the cuboid grid is sent as stored, with no
+  decode and no encode; fill_value 0;
 - edge chunks are whole chunks (zarr's regular grid), the part past the extent filled with 0.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ndstore.core.chunks import CUBOID_CODEC
 from ndstore.core.errors import NotFound
 from ndstore.core.geometry import Box, level_extent
 from ndstore.core.precomputed import PrecomputedVolume
@@ -61,10 +63,19 @@ def array(volume: PrecomputedVolume, level: int, time_samples: int) -> dict[str,
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, cz, cy, cx]}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
         "fill_value": 0,
-        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                   {"name": "blosc", "configuration": {**CUBOID_CODEC, "typesize": volume.dtype.itemsize,
+                                                        "blocksize": 0}}],
         "dimension_names": list(AXES),
         "attributes": {},
     }
+
+
+def on_cuboid_grid(volume: PrecomputedVolume, level: int) -> bool:
+    """Whether the level's chunks are its cuboids (its extent starts on a cuboid boundary, as
+    frames usually do): then a chunk is one stored cuboid, sent as it is stored."""
+    extent = level_extent(volume.frame, level, volume.method)
+    return all(lo % c == 0 for lo, c in zip(extent.lo, volume.grid(level).cuboid))
 
 
 def chunk_box(volume: PrecomputedVolume, level: int, time_samples: int, index: tuple[int, int, int, int]

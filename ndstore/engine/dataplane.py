@@ -116,6 +116,15 @@ class DataPlane:
             return self.buffered.read(cutout)
         return (self.cache if mode is Read.LIVE else self.direct).read(cutout)
 
+    def stored(self, cutout: Cutout) -> bytes | None:
+        """The live state of a box inside one cuboid as the cuboid's stored blob (b"": all zeros),
+        for views that send stored cuboids as they are; None when the cache tier cannot give it
+        from a lock-free snapshot (then `read` answers). One round trip: the snapshot declines a
+        supercuboid with an NDBlaze write on record, and a write is on record before it is
+        acknowledged until its merge is stored (blaze/tier.py), so no second question to NDBlaze's
+        Redis is needed to know none is pending."""
+        return self.cache.stored(cutout)
+
     def _pending(self, cutout: Cutout) -> bool:
         """Whether NDBlaze writes to the box are pending: one snapshot, one Redis round trip."""
         try:

@@ -26,9 +26,10 @@ from ndstore.api.caching import cacheable
 from ndstore.api.models import Channel
 from ndstore.api.schema import errors
 from ndstore.core import precomputed
+from ndstore.core.chunks import cuboid_bytes
 from ndstore.core.errors import NotFound
 from ndstore.core.geometry import Box
-from ndstore.engine.volume import ChannelVolume, make_cutout
+from ndstore.engine.volume import ChannelVolume, Cutout, make_cutout
 from ndstore.wiring import services
 
 log = logging.getLogger("ndstore.views")
@@ -165,8 +166,22 @@ class ChunkView(PrecomputedView):
         t = chan.default_time_sample
         cutout = make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes)
         budget.reserve(request, cutout.nbytes, cutout, reading=cutout.nbytes)
-        data = services().plane.read(cutout)[0]
-        return channel_file(chan, precomputed.encode_chunk(data, encoding), "application/octet-stream")
+        return channel_file(chan, chunk_file(volume, level, cutout, encoding), "application/octet-stream")
+
+
+def chunk_file(volume: ChannelVolume, level: int, cutout: Cutout, encoding: str) -> bytes:
+    """A raw chunk that is one whole cuboid is the stored cuboid decompressed (one lock-free
+    snapshot, no array made); any other chunk, or when the cache tier or NDBlaze's pending
+    writes say the stored blob is not the live state, the voxels read and encoded."""
+    if encoding == precomputed.RAW and is_one_cuboid(cutout.box, volume.grid(level).cuboid):
+        blob = services().plane.stored(cutout)
+        if blob is not None:
+            return cuboid_bytes(blob, cutout.nbytes)
+    return precomputed.encode_chunk(services().plane.read(cutout)[0], encoding)
+
+
+def is_one_cuboid(box: Box, cuboid: tuple[int, int, int]) -> bool:
+    return all(lo % c == 0 and hi - lo == c for lo, hi, c in zip(box.lo, box.hi, cuboid))
 
 
 @extend_schema(summary="Any other precomputed file", responses=errors(401, 404, 429, meanings={

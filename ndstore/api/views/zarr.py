@@ -21,8 +21,9 @@ from ndstore.api.models import Channel
 from ndstore.api.schema import errors
 from ndstore.api.views.precomputed import NOT_MODIFIED, PrecomputedView, channel_file, voxel_nm_of
 from ndstore.core import zarr_view
+from ndstore.core.chunks import compress_cuboid, is_blosc1
 from ndstore.core.errors import NotFound
-from ndstore.engine.volume import ChannelVolume, make_cutout
+from ndstore.engine.volume import ChannelVolume, Cutout, make_cutout
 from ndstore.wiring import services
 
 MEANINGS = {404: "no such collection, experiment, channel, level (only levels that hold data are arrays) or "
@@ -76,10 +77,11 @@ class ArrayView(PrecomputedView):
 
 class ChunkView(PrecomputedView):
     @extend_schema(summary="One Zarr chunk: c/{t}/{z}/{y}/{x}",
-                   description="Little-endian voxels of (1, cuboid z, y, x), C order, read through the cache tier; "
-                               "past the level's extent filled with 0. A chunk whose voxels are all 0 (never "
-                               "written, or written as 0: the store keeps neither) is a 404, which zarr readers "
-                               "read as fill_value 0.",
+                   description="Voxels of (1, cuboid z, y, x), little endian, C order, in a c-blosc frame (the "
+                               "array's codecs: bytes, blosc); past the level's extent filled with 0. On a level "
+                               "whose extent starts on a cuboid boundary a chunk is a stored cuboid, sent as it is "
+                               "stored. A chunk whose voxels are all 0 (never written, or written as 0: the store "
+                               "keeps neither) is a 404, which zarr readers read as fill_value 0.",
                    responses={(200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY),
                               304: NOT_MODIFIED, **errors(401, 403, 404, 413, 429, 500, 503, meanings=MEANINGS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
@@ -94,13 +96,32 @@ class ChunkView(PrecomputedView):
         # the read and the padded chunk
         chunk_bytes = int(np.prod(whole)) * volume.dtype.itemsize
         budget.reserve(request, 2 * chunk_bytes, cutout, reading=chunk_bytes)
-        data = services().plane.read(cutout)[0]
-        if not data.any():
-            raise NotFound(f"chunk c/{'/'.join(map(str, index))} holds only the fill value: every voxel is 0 "
-                           "(the store keeps no all-zero cuboid; zarr readers read a missing chunk as fill_value 0)")
-        chunk = np.zeros(whole, volume.dtype.newbyteorder("<"))
-        chunk[tuple(slice(0, n) for n in data.shape)] = data
-        return channel_file(chan, chunk.tobytes(), "application/octet-stream")
+        return channel_file(chan, chunk_file(volume, level, cutout, whole, index), "application/octet-stream")
+
+
+def chunk_file(volume: ChannelVolume, level: int, cutout: Cutout, whole: tuple[int, int, int],
+               index: tuple[int, int, int, int]) -> bytes:
+    """The chunk's file: on a level whose chunks are its cuboids, the stored cuboid as it is (one
+    lock-free snapshot, no decode, no encode); otherwise, or when the cache tier or NDBlaze's
+    pending writes say the stored blob is not the live state, the voxels read and compressed as
+    a cuboid is stored."""
+    if zarr_view.on_cuboid_grid(volume, level):
+        blob = services().plane.stored(cutout)
+        if blob == b"":
+            raise _fill_value(index)
+        if blob is not None and is_blosc1(blob):
+            return blob
+    data = services().plane.read(cutout)[0]
+    if not data.any():
+        raise _fill_value(index)
+    chunk = np.zeros(whole, volume.dtype.newbyteorder("<"))
+    chunk[tuple(slice(0, n) for n in data.shape)] = data
+    return compress_cuboid(chunk)
+
+
+def _fill_value(index: tuple[int, int, int, int]) -> NotFound:
+    return NotFound(f"chunk c/{'/'.join(map(str, index))} holds only the fill value: every voxel is 0 (the store "
+                    "keeps no all-zero cuboid; zarr readers read a missing chunk as fill_value 0)")
 
 
 @extend_schema(summary="Any other file under /zarr/", responses=errors(401, 404, 429, meanings={

@@ -78,6 +78,27 @@ class LockFreePath:
             parts.decode(p, blobs[p.key.name], wanted[p.key.name], plan.grid, out, cutout, codec)
         return True
 
+    def stored(self, cutout: Cutout, plan: Plan) -> bytes | None:
+        """The stored blob (b"": all zeros) of the one cuboid that holds the whole of ``cutout``,
+        from a lock-free snapshot; None when the box spans more than one cuboid or the cache
+        declined (not resident, lost, locked, damaged): the caller reads it the usual way."""
+        if len(plan.parts) != 1:
+            return None
+        part = plan.parts[0]
+        touched = touching(part.part, plan.grid)
+        if len(touched) != 1:
+            return None
+        number = touched[0][0]
+        try:
+            blobs = self.commits.read_unlocked({part.key.name: [number]}, self._clock())
+        except DamagedInCache:
+            return None
+        blob = None if blobs is None else blobs[part.key.name][0]
+        if blob is None:
+            return None
+        self._observer.count("cache_reads_total", 1, outcome="hit")
+        return bytes(blob)
+
     def write(self, cutout: Cutout, data: Array) -> dict[str, dict[int, bytes]] | None:
         """The optimistic small write: None once committed. Otherwise (it does not apply, its
         blobs are too many bytes for one transaction, or something it read changed before it

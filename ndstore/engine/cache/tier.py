@@ -114,6 +114,11 @@ class CacheTier:
                              {k.name: wanted[k.name] for k in batch}, out, run)
         return out
 
+    def stored(self, cutout: Cutout) -> bytes | None:
+        """The stored blob of the one cuboid that holds all of ``cutout``, as it is in the cache
+        (b"": all zeros), when a lock-free snapshot can give it; else None (read it with `read`)."""
+        return None if self._lock_free is None else self._lock_free.stored(cutout, cutout.plan())
+
     def settle(self) -> None:
         """Wait until the page-ins of earlier reads are stored (and their locks released)."""
         self._page_ins.settle()
