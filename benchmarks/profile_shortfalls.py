@@ -51,9 +51,10 @@ from benchmarks.common import (
     small_write_url,
     stack_parts,
 )
-from benchmarks.supercuboids import SC
+from benchmarks.supercuboids import GRID, SC
 from ndstore.core.synthetic import em_like
 
+CUBOID = GRID.cuboid  # (128, 128, 16) voxels, x y z: a level-0 zarr chunk
 THREADS = 2
 
 
@@ -121,7 +122,11 @@ def workloads(stack: Stack, prefix: str, bodies: list[bytes]) -> dict[str, Any]:
         read_body(sessions[i], f"{stack.url}/v1/image/{channel}/xy/0/{x0}:{x0 + 512}/0:512/{z}/",
                   {"Accept": "image/png"})
 
-    return {"hot_read": hot_read, "cold_read": cold_read, "tile": tile, "direct_read": direct_read,
+    def chunk(i: int) -> None:  # one zarr chunk (a cuboid) of the level-0 array, as a viewer reads it
+        x, y, z = (rng.randrange(span // c) for span, c in zip((SC[0] * THREADS, SC[1], SC[2]), CUBOID))
+        read_body(sessions[i], f"{stack.url}/zarr/{channel}/0/c/0/{z}/{y}/{x}")
+
+    return {"hot_read": hot_read, "chunk": chunk, "cold_read": cold_read, "tile": tile, "direct_read": direct_read,
             "direct_write": direct_write, "cache_write": cache_write, "blaze_write": blaze_write,
             "small_writes": small_writes, "blaze_small_writes": blaze_small_writes, "tiny_read": tiny_read}
 
@@ -131,7 +136,7 @@ PROFILER = "profiler (py-spy)"
 REQUEST_BYTES = {**dict.fromkeys(["hot_read", "cold_read", "direct_read", "direct_write", "cache_write",
                                   "blaze_write"], SC[0] * SC[1] * SC[2]),
                  **dict.fromkeys(["small_writes", "blaze_small_writes"], SMALL[0] * SMALL[1] * SMALL[2]),
-                 "tiny_read": 1, "tile": 512 * 512}
+                 "tiny_read": 1, "tile": 512 * 512, "chunk": CUBOID[0] * CUBOID[1] * CUBOID[2]}
 
 
 def per_request_machine(used: dict[str, float], wall_s: float, cores: int, requests: int,
