@@ -106,6 +106,20 @@ def test_byte_buckets_admit_while_not_empty_charge_whole_costs_and_refill_at_the
     assert limiter.spend(key, 1, 100, 250) == pytest.approx(99.901)  # so the next waits 102.4 s - 2.5 s + 1 ms
 
 
+def test_counting_and_spending_write_nothing_to_the_redis_log(redis_url: str) -> None:
+    """The Redis fsyncs every logged write before it answers, and every data GET spends: the
+    counters are not worth a disk flush per read (a restarted Redis forgets them)."""
+    client = redis.Redis.from_url(redis_url)
+    assert client.config_get("appendonly")["appendonly"] == "yes"
+    limiter = RedisRateLimiter(client, clock=lambda: 6000.0)  # window 100 of 60 s
+    logged = int(client.info("persistence")["aof_current_size"])
+    for i in range(20):
+        assert limiter.hit(f"unlogged-{i % 3}", 100, 60) == 0.0
+        assert limiter.spend(f"unlogged-{i % 3}", 100, 10**6, 10**7) == 0.0
+    assert int(client.info("persistence")["aof_current_size"]) == logged
+    assert int(client.get("ndrl:{unlogged-0}:100") or 0) == 7  # yet they count
+
+
 @pytest.mark.parametrize("setting", [{"NDSTORE_ANON_READ_BYTES_PER_S": "-1"}, {"NDSTORE_READ_BYTES_BURST": "0"},
                                      {"NDSTORE_ANON_READ_BYTES_BURST": "x"}])
 def test_a_malformed_read_budget_stops_the_service_at_start(monkeypatch: pytest.MonkeyPatch,
