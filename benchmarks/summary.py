@@ -283,7 +283,7 @@ PROFILES = {
     "direct write": "direct_write", "direct read": "direct_read", "NDBlaze small": "blaze_small_writes",
     "NDBlaze": "blaze_write", "512×512 xy PNG tile": "tile", "small random": "small_writes",
     "tiny request: 64×64×8 write": "small_writes", "tiny request: 1-voxel read": "tiny_read",
-    "TensorStore": "direct_read", "HSDS": "direct_read",
+    "TensorStore": "direct_read", "HSDS": "direct_read", "chunk views": "chunk",
 }
 
 

@@ -8,6 +8,7 @@ CORS, ETag, Range and HEAD are ndstore.api.browser_http's; permissions those of 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -94,7 +95,7 @@ class ChunkView(PrecomputedView):
         t, box, whole = zarr_view.chunk_box(volume, level, volume.num_time_samples, index)
         cutout = make_cutout(volume, level, box, range(t, t + 1), services().config.max_cutout_bytes)
         # the read and the padded chunk
-        chunk_bytes = int(np.prod(whole)) * volume.dtype.itemsize
+        chunk_bytes = math.prod(whole) * volume.dtype.itemsize
         budget.reserve(request, 2 * chunk_bytes, cutout, reading=chunk_bytes)
         return channel_file(chan, chunk_file(volume, level, cutout, whole, index), "application/octet-stream")
 
