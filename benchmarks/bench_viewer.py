@@ -1,8 +1,9 @@
 """Viewers and clients through the HTTP service: the latency of a 512x512 xy PNG tile from a hot
 cache (p50, p99; goal <= 10 ms and <= 30 ms), beside the same plane as raw bytes (the read path
 without the image) and a bare loopback round trip of a body that size; a 64³ cutout at a random
-position from the hot cache; one Neuroglancer-style chunk (a cuboid, raw) through the precomputed,
-sharded precomputed (three ranged GETs, as a reader makes them) and zarr views; and the Python client's
+position from the hot cache; one Neuroglancer-style chunk (a cuboid: raw, or as stored for zarr)
+through the precomputed, sharded precomputed (three ranged GETs, as a reader makes them) and zarr
+views; and the Python client's
 (`ndstore.client.Volume`) throughput reading 1 GiB with 8 parallel requests, beside loopback HTTP
 with 8 threads.
 
@@ -172,7 +173,8 @@ def table(record: dict[str, Any]) -> list[list[str]]:
           if "png_encode_labels" in lat else []),
         ["64³ cutout at a random position (raw), hot cache, p50 / p99 ms",
          f"{fmt(lat['cutout_64']['p50_ms'], 1)} / {fmt(lat['cutout_64']['p99_ms'], 1)}", "", ""],
-        *([f"one chunk (a cuboid, raw) through /{view}/{' (3 ranged GETs)' if 'sharded' in view else ''}, "
+        *([f"one chunk (a cuboid; zarr: as stored) through /{view}/"
+           f"{' (3 ranged GETs)' if 'sharded' in view else ''}, "
            "hot cache, p50 / p99 ms",
            f"{fmt(lat[key]['p50_ms'], 1)} / {fmt(lat[key]['p99_ms'], 1)}", "",
            f"{lat[key]['p50_ms']['median'] / loop['p50_ms']['median']:.1f}x loopback 256 KiB"]

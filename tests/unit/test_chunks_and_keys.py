@@ -1,5 +1,6 @@
 from typing import Any
 
+import blosc2
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -30,6 +31,26 @@ def test_supercuboid_round_trip_of_any_region(dtype: str, seed: int, data: st.Da
     out = np.full(region.shape_zyx, 7, dtype)
     chunks.decode_supercuboid_region(obj, region, out)
     np.testing.assert_array_equal(out, array[region.slices_zyx()])
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint64"])
+def test_cuboids_stored_as_blosc2_frames_before_read_the_same(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cuboids are written as c-blosc 1.x frames (what zarr's blosc codec reads); objects written
+    before, with blosc2 frames, still decode, whole and in part."""
+    array = (np.random.default_rng(3).random(SHAPE_ZYX) * 1000).astype(dtype)
+    current = chunks.encode_supercuboid(array, CUBOID, COUNTS)
+    monkeypatch.setattr(chunks, "compress_cuboid", lambda c: blosc2.compress(
+        np.ascontiguousarray(c), typesize=c.dtype.itemsize, clevel=1, filter=blosc2.Filter.SHUFFLE,
+        codec=blosc2.Codec.LZ4) if c.any() else b"")
+    older = chunks.encode_supercuboid(array, CUBOID, COUNTS)
+    assert current is not None and older is not None and current != older
+    assert all(chunks.is_blosc1(b) for b in chunks.split_supercuboid(current)[3] if b)
+    assert not any(chunks.is_blosc1(b) for b in chunks.split_supercuboid(older)[3] if b)
+    for obj in (current, older):
+        np.testing.assert_array_equal(chunks.decode_supercuboid(obj), array)
+        out = np.zeros((5, 9, 11), dtype)
+        chunks.decode_supercuboid_region(obj, Box((3, 4, 2), (14, 13, 7)), out)
+        np.testing.assert_array_equal(out, array[2:7, 4:13, 3:14])
 
 
 def test_all_zero_supercuboid_is_not_stored() -> None:
