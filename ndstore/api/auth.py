@@ -1,7 +1,15 @@
-"""Token authentication (`Authorization: Token <key>`) and per-resource access levels."""
+"""Token authentication and per-resource access levels.
+
+A token goes in `Authorization` as `Token <key>` (NDStore's and the Boss's own clients),
+`Bearer <key>` (OAuth-style tools), or HTTP Basic with the token as the password and any user
+name (CloudVolume's `secrets`, cloudfiles: `{"user": "...", "password": "<key>"}`). The answer to a
+missing or refused token still challenges `Token`: a `Basic` challenge would make a browser open
+its own login dialog over a viewer's page."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
@@ -33,10 +41,7 @@ class TokenAuthentication(authentication.BaseAuthentication):
     def _lookup(header: str) -> tuple[Any, ApiToken] | None:
         if not header:
             return None
-        scheme, _, key = header.partition(" ")
-        if scheme.lower() != "token" or not key.strip():
-            raise exceptions.AuthenticationFailed("Authorization header must be 'Token <key>'")
-        key_hash = hash_token(key.strip())
+        key_hash = hash_token(token_key(header))
         token = meta_cache.cached(("token", key_hash),
                                   lambda: ApiToken.objects.select_related("user").filter(key_hash=key_hash).first())
         if token is None or not token.user.is_active:
@@ -45,6 +50,30 @@ class TokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Any) -> str:
         return self.keyword
+
+
+SCHEMES = "'Token <key>', 'Bearer <key>', or Basic with the token as the password"
+
+
+def token_key(header: str) -> str:
+    """The token an Authorization header carries; AuthenticationFailed naming the accepted
+    forms when it carries none."""
+    scheme, _, value = header.strip().partition(" ")
+    value = value.strip()
+    if scheme.lower() in ("token", "bearer") and value:
+        return value
+    if scheme.lower() == "basic" and value:
+        try:
+            user_and_password = base64.b64decode(value, validate=True).decode("utf-8")
+        except (binascii.Error, ValueError):
+            raise exceptions.AuthenticationFailed(f"Basic credentials are not base64 of 'user:password'; "
+                                                  f"the Authorization header must be {SCHEMES}") from None
+        _, colon, password = user_and_password.partition(":")
+        if colon and password:
+            return password
+        raise exceptions.AuthenticationFailed("Basic credentials carry no password: the token is the password "
+                                              "(any user name)")
+    raise exceptions.AuthenticationFailed(f"Authorization header must be {SCHEMES}")
 
 
 def access_level(user: Any, collection: Collection, experiment: Experiment | None = None,

@@ -4,6 +4,7 @@ bad tokens."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
+from ndstore.api.models import ApiToken
 from tests.api.conftest import Dataset, client_for, make_dataset
 
 ROLES = ["anonymous", "no_grant", "read", "write", "admin", "other_admin", "staff_no_grant"]
@@ -158,11 +160,36 @@ def test_revoking_a_grant(world: dict[str, Any]) -> None:
     assert c.get(world["ds"].cutout("img8", 0, *BOX)).status_code == 403
 
 
-@pytest.mark.parametrize("header,message", [("Token nope", "invalid or revoked"), ("Bearer abc", "must be 'Token"),
-                                            ("Token", "must be 'Token")])
+@pytest.mark.parametrize("header,message", [
+    ("Token nope", "invalid or revoked"), ("Bearer abc", "invalid or revoked"), ("Token", "must be 'Token"),
+    ("Bearer", "must be 'Token"), ("Digest abc", "must be 'Token <key>', 'Bearer <key>', or Basic"),
+    (f"Basic {base64.b64encode(b'user:nope').decode()}", "invalid or revoked"),
+    (f"Basic {base64.b64encode(b'user-only').decode()}", "no password"),
+    (f"Basic {base64.b64encode(b'user:').decode()}", "no password"),
+    ("Basic not*base64", "not base64"), (f"Basic {base64.b64encode(bytes([0xff, 0x3a, 0x61])).decode()}", "not base64"),
+])
 def test_bad_tokens_are_401(world: dict[str, Any], header: str, message: str) -> None:
     r = APIClient().get("/v1/collection/", HTTP_AUTHORIZATION=header)
-    assert r.status_code == 401 and message in r.json()["message"]
+    assert r.status_code == 401 and message in r.json()["message"], r.content
+    assert r["WWW-Authenticate"] == "Token"  # never Basic: a browser would open its login dialog over a viewer
+
+
+def test_a_token_is_accepted_as_bearer_and_as_the_basic_password(world: dict[str, Any]) -> None:
+    """Bearer for OAuth-style tools, Basic with any user name for CloudVolume's `secrets`: the
+    same token, the same grants, on reads and writes alike."""
+    user = User.objects.get(username="write")
+    key = ApiToken.mint(user)[1]
+    ds, box = world["ds"], ((0, 4), (0, 4), (0, 1))
+    for header in (f"Bearer {key}", f"bearer  {key}",
+                   f"Basic {base64.b64encode(f'anyone:{key}'.encode()).decode()}"):
+        c = APIClient()
+        c.credentials(HTTP_AUTHORIZATION=header)
+        r = c.generic("POST", ds.cutout("img8", 0, *box), np.full((1, 4, 4), 9, np.uint8).tobytes(),
+                      content_type="application/octet-stream")
+        assert r.status_code == 201, (header, r.content)
+        got = c.get(ds.cutout("img8", 0, *box), HTTP_ACCEPT="application/octet-stream")
+        assert got.status_code == 200 and got.content == bytes([9] * 16), header
+        assert c.get("/v1/cutout/other/e1/img8/0/0:4/0:4/0:1/").status_code == 403  # no grant there
 
 
 def test_tokens_are_stored_hashed(admin: APIClient) -> None:

@@ -309,6 +309,24 @@ def test_cloudvolume_reads_image_channels(served: str, admin: APIClient, loopbac
     check_reads(url, levels, [level_extent(frame, r, method) for r in range(2)])  # type: ignore[arg-type]
 
 
+def test_cloudvolume_reads_a_private_channel_with_its_token_in_secrets(served: str, admin: APIClient,
+                                                                        loopback_only: None) -> None:
+    """CloudVolume (cloudfiles) sends only HTTP Basic auth: the token is the password."""
+    from cloudvolume import CloudVolume
+
+    lo, hi = (0, 0, 0), (200, 150, 20)
+    ds = make_frame_dataset(admin, "cvp", lo=lo, hi=hi, voxel=(4.0, 4.0, 40.0), unit="nanometers",
+                            method="anisotropic", levels=1, channels={"img": "uint8"})
+    (level,) = fill_levels(admin, ds, "img", Box(lo, hi), "anisotropic", 1)
+    token = admin._credentials["HTTP_AUTHORIZATION"].split()[1]
+    url = f"precomputed://{served}/precomputed/cvp/e1/img"
+    options = {"mip": 0, "cache": False, "progress": False, "parallel": 1}
+    vol = CloudVolume(url, secrets={"user": "anyone", "password": token}, **options)
+    np.testing.assert_array_equal(np.asarray(vol[:, :, :])[..., 0], level.transpose(2, 1, 0))
+    with pytest.raises(Exception, match="401|[Uu]nauthori|[Ff]orbidden|403"):
+        CloudVolume(url, secrets={"user": "anyone", "password": "not-a-token"}, **options)
+
+
 @pytest.mark.parametrize("encoding", ["", "raw/"])
 def test_cloudvolume_reads_uint64_segmentation(served: str, admin: APIClient, loopback_only: None,
                                                encoding: str) -> None:
