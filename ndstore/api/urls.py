@@ -99,7 +99,9 @@ urlpatterns = [
     *[path(f"{prefix}<path:rest>", cutout.MalformedCutout.as_view()) for prefix in CUTOUT_VIEWS],
     path("v1/image/<path:rest>", image.MalformedImage.as_view()),
     path("v1/blaze/merge/", blaze.BlazeMergeView.as_view()),
+    # with and without the trailing slash: Neuroglancer's boss:// source asks for it without
     path("v1/downsample/<name:collection>/<name:experiment>/<name:channel>/", downsample.DownsampleView.as_view()),
+    path("v1/downsample/<name:collection>/<name:experiment>/<name:channel>", downsample.DownsampleView.as_view()),
     path("v1/segmentation/<name:collection>/<name:experiment>/<name:channel>/",
          segmentation.SegmentationView.as_view()),
     *[path(f"v1/segments/{CHANNEL}{tail}", view.as_view()) for tail, view in segments.API_ROUTES],

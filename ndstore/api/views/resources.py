@@ -170,8 +170,10 @@ class CoordFrameView(ResourceView):
     def check(self, request: Any, level: int, parents: dict[str, Any], obj: Any) -> None:
         if level > auth.READ:
             auth.require_staff(request.user, "create, change or delete coordinate frames")
-        else:
-            auth.require_login(request.user, "read coordinate frames")
+        elif not (obj is not None and obj.experiments.filter(collection__public=True).exists()):
+            # a public channel's frame is read anonymously: Neuroglancer's boss:// source reads it
+            # before any chunk
+            auth.require_login(request.user, "read coordinate frames that no public collection uses")
 
     def before_delete(self, obj: Any) -> None:
         _refuse_if(obj.experiments, "experiments using it", obj)
