@@ -34,8 +34,15 @@ def level_factors(volume: PrecomputedVolume, level: int) -> tuple[int, int, int]
     return (f, f, f if volume.method == "isotropic" else 1)
 
 
+def labels_group(names: list[str]) -> dict[str, Any]:
+    """An image's `labels/` group: the label images (annotation channels) drawn over it."""
+    return {"zarr_format": 3, "node_type": "group", "attributes": {"ome": {"version": OME_VERSION, "labels": names}}}
+
+
 def group(volume: PrecomputedVolume, name: str, voxel_nm: tuple[float, float, float], levels: list[int],
-          time_samples: int) -> dict[str, Any]:
+          time_samples: int, image_label: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The channel's multiscale group; `image_label` (an annotation channel's): OME-Zarr's
+    `image-label` metadata, so readers open it as labels."""
     datasets = []
     for level in levels:
         extent = level_extent(volume.frame, level, volume.method)
@@ -45,12 +52,12 @@ def group(volume: PrecomputedVolume, name: str, voxel_nm: tuple[float, float, fl
             {"type": "translation", "translation": [0.0, *(lo * s for lo, s in zip(extent.lo[::-1], scale_xyz[::-1]))]},
         ]})
     axes = [{"name": "t", "type": "time"}] + [{"name": a, "type": "space", "unit": "nanometer"} for a in "zyx"]
-    return {
-        "zarr_format": 3, "node_type": "group",
-        "attributes": {"ome": {"version": OME_VERSION, "multiscales": [
-            {"name": name, "axes": axes, "datasets": datasets,
-             "metadata": {"time_samples": time_samples, "levels_declared": volume.num_levels}}]}},
-    }
+    ome: dict[str, Any] = {"version": OME_VERSION, "multiscales": [
+        {"name": name, "axes": axes, "datasets": datasets,
+         "metadata": {"time_samples": time_samples, "levels_declared": volume.num_levels}}]}
+    if image_label is not None:
+        ome["image-label"] = {"version": OME_VERSION, **image_label}
+    return {"zarr_format": 3, "node_type": "group", "attributes": {"ome": ome}}
 
 
 def array(volume: PrecomputedVolume, level: int, time_samples: int) -> dict[str, Any]:

@@ -50,17 +50,75 @@ def _json(chan: Channel, body: dict[str, Any]) -> HttpResponse:
     return channel_file(chan, json.dumps(body).encode(), "application/json")
 
 
+def _image_label(chan: Channel, image: str | None) -> dict[str, Any] | None:
+    """An annotation channel's `image-label` metadata: its source image, by a path relative to
+    its group (`image`), or its first source channel beside it."""
+    if chan.type != "annotation":
+        return None
+    if image is None and chan.sources:
+        image = f"../{chan.sources[0]}"
+    return {"source": {"image": image}} if image else {}
+
+
+def _group(chan: Channel, volume: ChannelVolume, image: str | None = None) -> HttpResponse:
+    built = levels.built_levels(chan, volume)
+    return _json(chan, zarr_view.group(volume, chan.name, voxel_nm_of(chan), built, volume.num_time_samples,
+                                       _image_label(chan, image)))
+
+
 class GroupView(PrecomputedView):
     @extend_schema(summary="The channel as an OME-Zarr multiscale group (zarr.json)",
+                   description="An annotation channel's group carries OME-Zarr's `image-label` metadata.",
                    responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="Zarr v3 group metadata"),
                               304: NOT_MODIFIED, **errors(401, 403, 404, 429, meanings=MEANINGS)})
     def get(self, request: Any, **kw: Any) -> HttpResponse:
         return self.read(request, kw)
 
     def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
-        chan, volume = _channel(request, kw)
-        built = levels.built_levels(chan, volume)
-        return _json(chan, zarr_view.group(volume, chan.name, voxel_nm_of(chan), built, volume.num_time_samples))
+        return _group(*_channel(request, kw))
+
+
+def _labels_of(request: Any, image: Channel) -> list[Channel]:
+    """The annotation channels of the image's experiment that name it a source and the caller
+    may read: its labels."""
+    exp = image.experiment
+    return [c for c in exp.channels.filter(type="annotation").order_by("name")
+            if image.name in (c.sources or []) and auth.access_level(request.user, exp.collection, exp, c) >= auth.READ]
+
+
+def _label(request: Any, kw: dict[str, Any]) -> dict[str, Any]:
+    """The route's words with `channel` the label's, once the caller may read the image and the
+    label and the label names the image a source (else a 404 as for any missing file)."""
+    image, _ = _channel(request, kw)
+    as_label = {**kw, "channel": kw["label"]}
+    label, _ = _channel(request, as_label)
+    if label.type != "annotation" or image.name not in (label.sources or []):
+        raise NotFound(f"no label image {kw['label']!r} of {image.name}: its labels are the annotation channels "
+                       "that name it a source")
+    return as_label
+
+
+class LabelsView(PrecomputedView):
+    @extend_schema(summary="An image's labels/ group: its annotation channels",
+                   responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="Zarr v3 group metadata"),
+                              304: NOT_MODIFIED, **errors(401, 403, 404, 429, meanings=MEANINGS)})
+    def get(self, request: Any, **kw: Any) -> HttpResponse:
+        return self.read(request, kw)
+
+    def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
+        image, _ = _channel(request, kw)
+        return _json(image, zarr_view.labels_group([c.name for c in _labels_of(request, image)]))
+
+
+class LabelGroupView(PrecomputedView):
+    @extend_schema(summary="A label image under its image's labels/ (the annotation channel's group)",
+                   responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="Zarr v3 group metadata"),
+                              304: NOT_MODIFIED, **errors(401, 403, 404, 429, meanings=MEANINGS)})
+    def get(self, request: Any, **kw: Any) -> HttpResponse:
+        return self.read(request, kw)
+
+    def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
+        return _group(*_channel(request, _label(request, kw)), image="../../")
 
 
 class ArrayView(PrecomputedView):
@@ -137,8 +195,35 @@ class NoSuchFile(PrecomputedView):
                        "array per level that holds data) and {level}/c/{t}/{z}/{y}/{x} (chunks)")
 
 
+class LabelArrayView(ArrayView):
+    @extend_schema(summary="One level of a label image under labels/ (zarr.json)",
+                   responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="Zarr v3 array metadata"),
+                              304: NOT_MODIFIED, **errors(401, 403, 404, 429, meanings=MEANINGS)})
+    def get(self, request: Any, **kw: Any) -> HttpResponse:
+        return self.read(request, kw)
+
+    def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
+        return super().read(request, _label(request, kw))
+
+
+class LabelChunkView(ChunkView):
+    @extend_schema(summary="One chunk of a label image under labels/",
+                   responses={(200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY),
+                              304: NOT_MODIFIED, **errors(401, 403, 404, 413, 429, 500, 503, meanings=MEANINGS)})
+    def get(self, request: Any, **kw: Any) -> HttpResponse:
+        return self.read(request, kw)
+
+    def read(self, request: Any, kw: dict[str, Any]) -> HttpResponse:
+        return super().read(request, _label(request, kw))
+
+
+LABEL = "labels/<name:label>/"
 ROUTES: list[tuple[str, type[PrecomputedView]]] = [
     ("zarr.json", GroupView),
     ("<int:level>/zarr.json", ArrayView),
     ("<int:level>/c/<int:t>/<int:z>/<int:y>/<int:x>", ChunkView),
+    ("labels/zarr.json", LabelsView),
+    (f"{LABEL}zarr.json", LabelGroupView),
+    (f"{LABEL}<int:level>/zarr.json", LabelArrayView),
+    (f"{LABEL}<int:level>/c/<int:t>/<int:z>/<int:y>/<int:x>", LabelChunkView),
 ]
