@@ -25,6 +25,7 @@ STATUS = {
     errors.Conflict: 409,
     errors.PayloadTooLarge: 413,
     errors.UnsupportedMediaType: 415,
+    errors.NotAcceptable: 406,
     errors.StorageFull: 507,
     errors.StorageError: 503,
     errors.DataCorrupt: 500,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,7 +10,8 @@ import numpy as np
 from rest_framework import parsers, renderers
 
 from ndstore.core import wire
-from ndstore.core.errors import InvalidBody, PayloadTooLarge
+from ndstore.core.errors import InvalidBody, NotAcceptable, PayloadTooLarge
+from ndstore.core.slices import encode_image
 
 
 def read_capped_body(stream: Any, view: Any, request: Any) -> bytes:
@@ -72,3 +74,49 @@ def _classes(base: type, prefix: str) -> list[type]:
 ARRAY_PARSERS = _classes(ArrayParser, "Parser")
 ARRAY_RENDERERS = _classes(ArrayRenderer, "Renderer")
 RAW_BODY_PARSERS = _classes(RawBodyParser, "RawParser")
+
+
+class CutoutImageRenderer(renderers.BaseRenderer):
+    """A box as one greyscale image, the Boss's own renderers (Neuroglancer's boss:// source asks
+    uint8 image channels for `image/jpeg`): its (z, y) rows stacked, x across, so the pixels in
+    order are the voxels in C order; JPEG for uint8, PNG for uint8 and uint16."""
+
+    charset = None
+    render_style = "binary"
+    file_format = ""
+    dtypes: tuple[str, ...] = ()
+
+    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
+        if data is None:
+            return b""
+        return encode_image(np.ascontiguousarray(data).reshape(-1, data.shape[-1]), self.file_format)
+
+    max_side = 1 << 31
+
+    @classmethod
+    def check(cls, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        """NotAcceptable (406), naming what can be asked for, unless this image holds ``dtype``
+        and a box of ``shape`` (t, z, y, x) fits its sides."""
+        others = f"ask for one of {', '.join(wire.FORMATS)}" + (
+            ", or image/png" if dtype.name in PngCutoutRenderer.dtypes and cls is not PngCutoutRenderer else "")
+        if dtype.name not in cls.dtypes:
+            raise NotAcceptable(f"{cls.media_type} cutouts hold {' or '.join(cls.dtypes)} voxels; this channel stores "
+                                f"{dtype.name}: {others}")
+        rows = math.prod(shape[:-1])
+        if max(rows, shape[-1]) > cls.max_side:
+            raise NotAcceptable(f"an {cls.media_type} image has at most {cls.max_side} pixels a side, and this box "
+                                f"makes {rows} rows (its time samples x z x y) of {shape[-1]}: ask for a smaller "
+                                f"box, or {others}")
+
+
+class JpegCutoutRenderer(CutoutImageRenderer):
+    media_type, format, file_format, dtypes = "image/jpeg", "jpeg", "jpeg", ("uint8",)
+    max_side = 65535  # JPEG's own bound
+
+
+class PngCutoutRenderer(CutoutImageRenderer):
+    media_type, format, file_format, dtypes = "image/png", "png", "png", ("uint8", "uint16")
+
+
+# after the array formats: a client that accepts anything gets application/blosc
+CUTOUT_RENDERERS = [*ARRAY_RENDERERS, JpegCutoutRenderer, PngCutoutRenderer]

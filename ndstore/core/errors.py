@@ -27,6 +27,10 @@ class UnsupportedMediaType(NDStoreError):
     """A media type this endpoint does not speak (415)."""
 
 
+class NotAcceptable(NDStoreError):
+    """No answer in a media type the request accepts can hold what it asks for (406)."""
+
+
 class NotFound(NDStoreError):
     """A named resource does not exist (404)."""
 

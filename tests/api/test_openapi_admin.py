@@ -45,7 +45,8 @@ def test_a_cutout_read_is_binary_in_each_wire_format_and_its_refusals_json(db: A
     schema = served_schema()
     read = schema["paths"][CUTOUT]["get"]
     ok = read["responses"]["200"]["content"]
-    assert set(ok) == {"application/blosc", "application/blosc-python", "application/npygz", "application/octet-stream"}
+    assert set(ok) == {"application/blosc", "application/blosc-python", "application/npygz", "application/octet-stream",
+                       "image/jpeg", "image/png"}
     assert ok["application/octet-stream"]["schema"] == BINARY
     for code in ("400", "401", "403", "404", "413", "503"):
         assert read["responses"][code]["content"] == {"application/json": {"schema": ERROR}}, code

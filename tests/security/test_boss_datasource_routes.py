@@ -45,3 +45,16 @@ def test_the_slashless_downsample_route_checks_as_the_slashed_one(admin: APIClie
         assert stranger.post(path, {}, format="json").status_code == 403
         assert stranger.get(path).status_code == 403
         assert APIClient().delete(path).status_code == 401
+
+
+def test_image_cutouts_answer_nothing_before_the_caller_may_read(admin: APIClient, frames: None) -> None:
+    """A private channel's refusal comes before the image's own checks (no 406 tells an anonymous
+    caller its datatype), and a box no JPEG can hold is refused before a byte is read."""
+    assert admin.post("/v1/collection/spriv/experiment/e1/channel/ann/", {"type": "annotation", "datatype": "uint64"},
+                      format="json").status_code == 201
+    for channel in ("img8", "ann"):
+        r = APIClient().get(f"/v1/cutout/spriv/e1/{channel}/0/0:8/0:8/0:1/", HTTP_ACCEPT="image/jpeg")
+        assert r.status_code == 401, (channel, r.content)
+    tall = admin.get("/v1/cutout/spriv/e1/img8/0/0:2/0:700/0:100/", HTTP_ACCEPT="image/jpeg")  # 70,000 rows
+    assert tall.status_code == 406 and "at most 65535 pixels a side" in tall.json()["message"], tall.content
+    assert admin.get("/v1/cutout/spriv/e1/img8/0/0:2/0:700/0:100/", HTTP_ACCEPT="image/png").status_code == 200

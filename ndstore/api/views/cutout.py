@@ -14,7 +14,13 @@ from rest_framework.views import APIView
 
 from ndstore.api import auth, budget, lookups
 from ndstore.api.errors import JSONErrors
-from ndstore.api.media import ARRAY_PARSERS, ARRAY_RENDERERS, RAW_BODY_PARSERS, RawBody
+from ndstore.api.media import (
+    ARRAY_PARSERS,
+    CUTOUT_RENDERERS,
+    RAW_BODY_PARSERS,
+    CutoutImageRenderer,
+    RawBody,
+)
 from ndstore.api.schema import binary, binary_responses, errors
 from ndstore.core import wire
 from ndstore.core.errors import InvalidBody, InvalidRequest
@@ -46,13 +52,15 @@ def read_schema(description: str, modes: str) -> Any:
         description=f"{description} The box is a C-order (z, y, x) array, (t, z, y, x) with a time range, in the "
                     "media type of `Accept` or `?format=` (application/blosc when the client accepts anything).",
         parameters=[
-            OpenApiParameter("format", str, enum=[renderer.format for renderer in ARRAY_RENDERERS],
+            OpenApiParameter("format", str, enum=[renderer.format for renderer in CUTOUT_RENDERERS],
                              description="the media type's subtype, instead of Accept"),
             OpenApiParameter("access-mode", str, enum=["cache", "no_cache", "no-cache", "raw"], description=modes),
             OpenApiParameter("filter", str, pattern=r"^\d+(,\d+)*$",
                              description="annotation channels: comma-separated label ids to keep; others read as 0"),
         ],
-        responses={**binary_responses(200, wire.FORMATS, "the box"),
+        responses={**binary_responses(200, [r.media_type for r in CUTOUT_RENDERERS],
+                                      "the box; image/jpeg (uint8) and image/png (uint8, uint16): one greyscale "
+                                      "image, the box's (z, y) rows stacked, x across"),
                    **refusals(400, 401, 403, 404, 406, 413, 429, 500, 503)})
 
 
@@ -71,7 +79,7 @@ class CutoutView(JSONErrors, APIView):
     reads_from = {Read.LIVE: Read.LIVE, Read.BASE: Read.BASE, Read.RAW: Read.RAW}  # ?access-mode= -> the read
     writes_supercuboids = True  # a write merges into supercuboids (the budget counts them)
     parser_classes = ARRAY_PARSERS
-    renderer_classes = ARRAY_RENDERERS
+    renderer_classes = CUTOUT_RENDERERS
 
     cutout: Cutout
     has_time: bool
@@ -106,6 +114,9 @@ class CutoutView(JSONErrors, APIView):
 
     def _resolve(self, request: Any, level: int, kw: dict[str, Any]) -> Any:
         chan = self._target(request, level, kw)
+        renderer = getattr(request, "accepted_renderer", None)
+        if level == auth.READ and isinstance(renderer, CutoutImageRenderer):
+            renderer.check(self.cutout.channel.dtype, self.cutout.shape)  # before anything is reserved or read
         holds = budget.reads(request) or self.writes_supercuboids
         budget.reserve(request, self.cutout.nbytes, self.cutout if holds else None, reading=self.cutout.nbytes)
         return chan
