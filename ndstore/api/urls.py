@@ -119,6 +119,7 @@ urlpatterns = [
     re_path(r"^precomputed-sharded/(?P<rest>(?s:.+))\Z", sharded.NoSuchFile.as_view()),
     re_path(r"^zarr/(?P<rest>(?s:.+))\Z", zarr.NoSuchFile.as_view()),
     path("admin/", admin.site.urls),
+    path("", include("ndstore.api.views.middleauth")),  # Neuroglancer's middleauth+: /auth_info, the login page
     path("", include("ndstore.api.views.landing")),  # `/` and `/neuroglancer/`
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

@@ -132,6 +132,8 @@ def neuroglancer_static(request: HttpRequest, path: str = "") -> HttpResponse:
     response: HttpResponse = serve(request, name, document_root=str(neuroglancer_dir()))
     immutable = name.startswith(IMMUTABLE_PREFIX)
     response["Cache-Control"] = "public, max-age=31536000, immutable" if immutable else "no-cache"
+    # its middleauth+ login is a popup (ndstore/api/views/middleauth.py) that must keep its opener
+    response["Cross-Origin-Opener-Policy"] = "same-origin-allow-popups"
     return response
 
 
