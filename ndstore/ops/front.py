@@ -71,6 +71,8 @@ class FrontSettings:
     max_body_bytes: int = 1 << 30  # = NDSTORE_MAX_BODY_BYTES
     upstream_timeout_s: int = 300  # = NDSTORE_WEB_TIMEOUT
     trusted_proxies: int = 0  # proxies in front of this one (NDSTORE_NUM_PROXIES)
+    tls_certificate: str = ""  # PEM files: with both, the front speaks https (NDSTORE_FRONT_TLS_*)
+    tls_key: str = ""
 
     @classmethod
     def from_environment(cls, env: dict[str, str] | None = None) -> FrontSettings:
@@ -84,7 +86,17 @@ class FrontSettings:
                    conns_per_address=_env_int(env, "NDSTORE_FRONT_CONNECTIONS_PER_ADDRESS", 256),
                    max_body_bytes=_env_int(env, "NDSTORE_MAX_BODY_BYTES", 1 << 30),
                    upstream_timeout_s=_env_int(env, "NDSTORE_WEB_TIMEOUT", 300),
-                   trusted_proxies=_env_int(env, "NDSTORE_NUM_PROXIES", 0))
+                   trusted_proxies=_env_int(env, "NDSTORE_NUM_PROXIES", 0),
+                   tls_certificate=env.get("NDSTORE_FRONT_TLS_CERTIFICATE", ""),
+                   tls_key=env.get("NDSTORE_FRONT_TLS_KEY", ""))
+
+    @property
+    def tls(self) -> bool:
+        """Whether the front speaks https: Neuroglancer's middleauth+ and boss:// sources work only
+        over https (docs/deployment.md)."""
+        if bool(self.tls_certificate) != bool(self.tls_key):
+            raise ValueError("NDSTORE_FRONT_TLS_CERTIFICATE and NDSTORE_FRONT_TLS_KEY go together: set both or neither")
+        return bool(self.tls_certificate)
 
     @property
     def gates_addresses(self) -> bool:
@@ -168,9 +180,14 @@ def nginx_config(listen: str, upstream: str, state_dir: Path, settings: FrontSet
     nofile, connections = descriptor_budget()
     inner = inner or state_dir / "front.sock"
     gate = _address_gate(listen, inner, settings) if settings.gates_addresses else ""
-    http_listen = (f"listen unix:{inner} proxy_protocol;\n        set_real_ip_from unix:;\n"
+    ssl = " ssl" if settings.tls else ""
+    http_listen = (f"listen unix:{inner}{ssl} proxy_protocol;\n        set_real_ip_from unix:;\n"
                    f"        real_ip_header proxy_protocol;" if settings.gates_addresses
-                   else f"listen {listen} backlog=4096;")
+                   else f"listen {listen}{ssl} backlog=4096;")
+    if settings.tls:
+        http_listen += (f"\n        ssl_certificate {settings.tls_certificate};\n"
+                        f"        ssl_certificate_key {settings.tls_key};\n"
+                        "        ssl_protocols TLSv1.2 TLSv1.3;")
     proxy = _proxy_settings(proto, settings)
     key, key_map = client_key(settings)
     small_digits = len(str(ADMISSION_BYTES)) - 1  # lengths of at most this many digits are below it

@@ -86,7 +86,8 @@ class LocalStack:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.extra_env.get("NDSTORE_FRONT_TLS_CERTIFICATE") else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     @property
     def log_dir(self) -> Path:

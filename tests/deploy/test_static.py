@@ -436,3 +436,39 @@ def test_compose_ingest_state_is_one_volume_shared_by_every_node_that_uses_it(co
     assert "ENV" in (ROOT / "Dockerfile").read_text() and "NDSTORE_DATA_DIR=/var/lib/ndstore" in (
         ROOT / "Dockerfile").read_text()
     assert s["web"]["environment"]["NDSTORE_INGEST_PUBLIC_ENDPOINT_URL"] == "http://localhost:8080"
+
+
+# --- the front's https (ndstore/ops/front.py) --------------------------------------------------
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_the_front_with_a_certificate_speaks_https_and_nginx_accepts_it(tmp_path: Path, gated: bool) -> None:
+    from ndstore.ops.front import FrontSettings, nginx_config
+
+    nginx = shutil.which("nginx")
+    openssl = shutil.which("openssl")
+    if nginx is None or openssl is None:
+        pytest.skip("nginx and openssl check the configuration where they are installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=t",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    settings = FrontSettings.from_environment({
+        "NDSTORE_FRONT_TLS_CERTIFICATE": str(cert), "NDSTORE_FRONT_TLS_KEY": str(key),
+        "NDSTORE_FRONT_CONNECTIONS_PER_ADDRESS": "256" if gated else "0"})
+    assert settings.tls
+    text = nginx_config("127.0.0.1:18443", f"unix:{tmp_path / 'web.sock'}", tmp_path, settings,
+                        stream_module(nginx) if gated else None, tmp_path / "front.sock")
+    assert f"ssl_certificate {cert};" in text and " ssl " in text
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(text)
+    result = subprocess.run([nginx, "-t", "-c", str(conf), "-p", str(tmp_path)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_certificate_without_its_key_is_refused_naming_both_settings() -> None:
+    from ndstore.ops.front import FrontSettings
+
+    with pytest.raises(ValueError, match="NDSTORE_FRONT_TLS_CERTIFICATE and NDSTORE_FRONT_TLS_KEY"):
+        _ = FrontSettings.from_environment({"NDSTORE_FRONT_TLS_CERTIFICATE": "/x.pem"}).tls
+    assert not FrontSettings.from_environment({}).tls

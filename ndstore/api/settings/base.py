@@ -48,6 +48,12 @@ MIDDLEWARE = [
 # The cutout routes' short path (ndstore/api/data_routes.py); 0 sends them through DRF's dispatch too.
 NDSTORE_LEAN_DATA_ROUTES = os.environ.get("NDSTORE_LEAN_DATA_ROUTES", "1") != "0"
 
+# Behind the front (which sets NDSTORE_NUM_PROXIES for gunicorn and sets X-Forwarded-Proto itself),
+# a request that came over https is https: the middleauth+ login hands its token to an https
+# Neuroglancer, and the admin's CSRF check accepts forms posted over https.
+if os.environ.get("NDSTORE_NUM_PROXIES"):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
 ROOT_URLCONF = "ndstore.api.urls"
 WSGI_APPLICATION = "ndstore.api.wsgi.application"
 APPEND_SLASH = False

@@ -9,8 +9,4 @@ ALLOWED_HOSTS = os.environ["NDSTORE_ALLOWED_HOSTS"].split(",")
 DEBUG = False
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
-# Behind a proxy that terminates TLS (nginx, the AWS load balancer; NDSTORE_NUM_PROXIES says one
-# is trusted), requests arrive as plain HTTP: trust its X-Forwarded-Proto, or the admin site's
-# CSRF check refuses every form posted over HTTPS.
-if os.environ.get("NDSTORE_NUM_PROXIES"):
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Behind a proxy that terminates TLS, its X-Forwarded-Proto is trusted: base.py.
