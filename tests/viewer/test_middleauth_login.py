@@ -11,51 +11,26 @@ origin asking for the token."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 from rest_framework.test import APIClient
 
-from ndstore.api.views.landing import neuroglancer_installed
-
-CHROMIUM = os.environ.get("NDSTORE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_ARGS = ["--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed: apt-get install chromium "
-                                                "(`make test` installs it)"),
-    pytest.mark.skipif(not neuroglancer_installed(), reason="the Neuroglancer build is not installed: run "
-                                                            "deploy/neuroglancer/install.sh (`make test` runs it)"),
-]
-
-
-@pytest.fixture
-def browser(live_server: Any) -> Iterator[Browser]:
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any("process_request_thread" in t.name for t in threading.enumerate()):
-        time.sleep(0.02)
+from tests.viewer.test_neuroglancer_e2e import browser, pytestmark  # noqa: F401  (fixture; skip marks)
 
 
 def token_of(admin: APIClient) -> str:
     return str(admin._credentials["HTTP_AUTHORIZATION"].split()[1])
 
 
-def login(browser: Browser, opener_origin: str, server: str, token: str) -> tuple[list[Any], str]:
+def login(chromium: Browser, opener_origin: str, server: str, token: str) -> tuple[list[Any], str]:
     """What an opener at ``opener_origin`` receives once the user signs in with ``token`` on the
     login page of ``server`` (found through /auth_info, as Neuroglancer finds it), and what the
     page then says."""
-    page: Page = browser.new_page()
-    info = json.loads(browser.new_page().goto(f"{server}/auth_info").text())  # as Neuroglancer finds it
+    page: Page = chromium.new_page()
+    info = json.loads(chromium.new_page().goto(f"{server}/auth_info").text())  # as Neuroglancer finds it
     page.goto(f"{opener_origin}/neuroglancer/")  # the viewer this server hosts, as the opener
     page.evaluate("window.received = []; window.addEventListener('message', e => window.received.push(e.data))")
     login_url = info["login_url"]
@@ -80,19 +55,19 @@ def login(browser: Browser, opener_origin: str, server: str, token: str) -> tupl
 
 
 def test_a_token_reaches_the_opener_on_this_servers_origin(admin: APIClient, live_server: Any,
-                                                           browser: Browser) -> None:
+                                                           browser: Browser) -> None:  # noqa: F811
     server = live_server.url
     received, _ = login(browser, server, server, token_of(admin))
     assert received == [{"token": token_of(admin), "app_urls": [server]}]
 
 
 def test_a_wrong_token_is_refused_on_the_page_and_nothing_is_sent(admin: APIClient, live_server: Any,
-                                                                  browser: Browser) -> None:
+                                                                  browser: Browser) -> None:  # noqa: F811
     received, said = login(browser, live_server.url, live_server.url, "not-a-token")
     assert received == [] and "not valid" in said
 
 
-def test_an_opener_of_another_origin_gets_no_token(admin: APIClient, live_server: Any, browser: Browser,
+def test_an_opener_of_another_origin_gets_no_token(admin: APIClient, live_server: Any, browser: Browser,  # noqa: F811
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     elsewhere = live_server.url.replace("localhost", "127.0.0.1")
     assert elsewhere != live_server.url
