@@ -77,19 +77,6 @@ def decompress_cuboid(blob: bytes | memoryview, dtype: np.dtype,
     return out
 
 
-def cuboid_bytes(blob: bytes | memoryview, nbytes: int) -> bytes:
-    """A stored cuboid's voxels as bytes (C order of z, y, x): what a raw chunk of it is."""
-    if not blob:
-        return bytes(nbytes)
-    try:
-        raw = blosc.decompress(bytes(blob)) if is_blosc1(blob) else blosc2.decompress(blob)
-    except Exception as exc:  # blosc raises bare errors on damaged bytes, as in _decompress_into
-        raise DataCorrupt(f"cuboid blob does not decompress: {exc}") from exc
-    if len(raw) != nbytes:
-        raise DataCorrupt(f"cuboid blob holds {len(raw)} bytes, a cuboid {nbytes}")
-    return raw  # type: ignore[no-any-return]
-
-
 def cuboid_boxes(cuboid: XYZ, counts: XYZ) -> list[Box]:
     """Boxes of the cuboids within a supercuboid (origin 0), numbered in C order of (z, y, x)."""
     return [_box_of(cuboid, (i, j, k)) for k in range(counts[2]) for j in range(counts[1]) for i in range(counts[0])]

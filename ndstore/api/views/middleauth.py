@@ -46,11 +46,15 @@ form.addEventListener("submit", async (event) => {
 SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
 
 
+def own_origin(request: HttpRequest) -> str:
+    return f"{request.scheme}://{request.get_host()}"
+
+
 def allowed_origins(request: HttpRequest) -> list[str]:
     """Where the login page may hand a token: this server's own origin and the configured
     Neuroglancer origins (NDSTORE_NEUROGLANCER_ORIGINS, comma-separated, e.g.
     `https://neuroglancer-demo.appspot.com`)."""
-    own = f"{request.scheme}://{request.get_host()}"
+    own = own_origin(request)
     configured = [o.strip().rstrip("/") for o in os.environ.get("NDSTORE_NEUROGLANCER_ORIGINS", "").split(",")]
     return [own, *[o for o in configured if o and o != own]]
 
@@ -58,7 +62,7 @@ def allowed_origins(request: HttpRequest) -> list[str]:
 @require_safe
 def auth_info(request: HttpRequest) -> HttpResponse:
     """Where to log in: this server (Neuroglancer opens `{login_url}/api/v1/authorize`)."""
-    return with_cors(JsonResponse({"login_url": f"{request.scheme}://{request.get_host()}"}))
+    return with_cors(JsonResponse({"login_url": own_origin(request)}))
 
 
 @require_safe

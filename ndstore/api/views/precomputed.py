@@ -26,7 +26,7 @@ from ndstore.api.caching import cacheable
 from ndstore.api.models import Channel
 from ndstore.api.schema import errors
 from ndstore.core import precomputed
-from ndstore.core.chunks import cuboid_bytes
+from ndstore.core.chunks import decompress_cuboid
 from ndstore.core.errors import NotFound
 from ndstore.core.geometry import Box
 from ndstore.engine.volume import ChannelVolume, Cutout, make_cutout
@@ -171,13 +171,14 @@ class ChunkView(PrecomputedView):
 
 def chunk_file(volume: ChannelVolume, level: int, cutout: Cutout, encoding: str) -> bytes:
     """A raw chunk that is one whole cuboid is the stored cuboid decompressed (one lock-free
-    snapshot, no array made); any other chunk, or when the cache tier or NDBlaze's pending
-    writes say the stored blob is not the live state, the voxels read and encoded."""
+    snapshot, none of the read's planning or placing); any other chunk, or when the cache tier
+    or NDBlaze's pending writes say the stored blob is not the live state, the voxels read."""
+    data = None
     if encoding == precomputed.RAW and is_one_cuboid(cutout.box, volume.grid(level).cuboid):
         blob = services().plane.stored(cutout)
         if blob is not None:
-            return cuboid_bytes(blob, cutout.nbytes)
-    return precomputed.encode_chunk(services().plane.read(cutout)[0], encoding)
+            data = decompress_cuboid(blob, volume.dtype, cutout.box.shape_zyx)
+    return precomputed.encode_chunk(services().plane.read(cutout)[0] if data is None else data, encoding)
 
 
 def is_one_cuboid(box: Box, cuboid: tuple[int, int, int]) -> bool:
