@@ -109,10 +109,11 @@ neuroglancer:
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-dev-nodeps.txt pyproject.toml
 	[ -x $(PY) ] || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -r requirements-dev-nodeps.txt
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 

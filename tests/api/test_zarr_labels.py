@@ -72,3 +72,36 @@ def test_a_label_the_caller_may_not_read_is_neither_listed_nor_served(admin: API
     for path in ("img8/labels/cells/zarr.json", "img8/labels/cells/0/zarr.json", "img8/labels/cells/0/c/0/0/0/0"):
         assert viewer.get(f"/zarr/lbl/e1/{path}").status_code == 403, path
     assert APIClient().get("/zarr/lbl/e1/img8/labels/zarr.json").status_code == 401
+
+
+
+def test_ome_zarr_reads_the_image_and_finds_its_label_as_a_label(served: str, admin: APIClient,  # noqa: F811
+                                                                  labelled: tuple) -> None:  # type: ignore[type-arg]
+    """ome-zarr's Reader (what napari's ome-zarr plugin uses) over HTTP: the image node with its
+    voxels, the labels group, and the label image as a Label of that image, with its voxels;
+    opened at the label itself, it finds its image through `image-label.source`."""
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Label, Labels, Multiscales, Reader
+
+    _, labels = labelled
+    image = np.random.default_rng(3).integers(0, 256, (20, 150, 200)).astype(np.uint8)
+    r = admin.generic("POST", "/v1/cutout/lbl/e1/img8/0/0:200/0:150/0:20/", image.tobytes(),
+                      content_type="application/octet-stream")
+    assert r.status_code == 201, r.content
+    assert admin.put("/v1/collection/lbl/", {"public": True}, format="json").status_code == 200
+    location = parse_url(f"{served}/zarr/lbl/e1/img8")
+    assert location is not None, "ome-zarr found no OME-Zarr group at the image"
+    assert location.version == "0.5"
+    nodes = {node.zarr.path.rstrip("/").rsplit("/zarr/lbl/e1/", 1)[1]: node for node in Reader(location)()}
+    assert list(nodes) == ["img8", "img8/labels", "img8/labels/cells"]
+    assert [type(s) for s in nodes["img8"].specs] == [Multiscales]
+    np.testing.assert_array_equal(nodes["img8"].data[0].compute()[0], image)
+    assert [type(s) for s in nodes["img8/labels"].specs] == [Labels]
+    cells = nodes["img8/labels/cells"]
+    assert [type(s) for s in cells.specs] == [Label, Multiscales] and cells.metadata["name"] == "cells"
+    np.testing.assert_array_equal(cells.data[0].compute()[0], labels)
+    from_label = parse_url(f"{served}/zarr/lbl/e1/img8/labels/cells")
+    assert from_label is not None
+    first, *rest = Reader(from_label)()
+    assert first.zarr.path.rstrip("/").endswith("/zarr/lbl/e1/img8") and not first.visible  # its image, behind
+    assert any(isinstance(s, Label) for node in rest for s in node.specs)
