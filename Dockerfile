@@ -24,9 +24,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # A JRE for Spark: the merger's driver (pyspark runs its JVM), the master, workers and executors;
 # nginx, the web node's front (`ndstore serve`: slow clients cost it a socket, not a worker), with
-# its stream module (it counts connections per address where the node faces clients directly).
+# its stream module (it counts connections per address where the node faces clients directly);
+# openssl, with which docker-compose.yml's `tls` service makes compose's nginx a certificate.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless nginx-light libnginx-mod-stream \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless nginx-light libnginx-mod-stream openssl \
     && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --create-home --uid 10001 ndstore \

@@ -6,6 +6,7 @@ run where they are installed."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -143,7 +144,7 @@ def compose() -> dict[str, Any]:
 
 def test_compose_services_are_complete(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"nginx", "web", "blaze", "ingest", "migrate", "daemons", "merger", "redis",
+    assert set(services) == {"nginx", "tls", "web", "blaze", "ingest", "migrate", "daemons", "merger", "redis",
                              "blaze-redis", "minio", "dynamodb", "postgres", "ingest-runner",
                              "spark-master", "spark-worker"}
     for name, svc in services.items():
@@ -352,23 +353,94 @@ def test_nginx_upstreams_are_compose_services(compose: dict[str, Any]) -> None:
             assert WEB_NODES[host] == name
 
 
-def test_nginx_accepts_the_config(tmp_path: Path) -> None:
-    nginx = shutil.which("nginx")
-    if nginx is None:
-        pytest.skip("nginx is not installed on this machine; `nginx -t` runs where it is")
+def local_nginx_config(tmp_path: Path, nginx: str, http: str = "127.0.0.1:18080", https: str = "127.0.0.1:18443",
+                       upstream: str | None = None) -> Path:
+    """deploy/nginx.conf made to run here: listening on `http` and `https`, its upstreams at
+    127.0.0.1 (or all at `upstream`, host:port), its sockets, temp dirs and certificate (as the
+    `tls` service makes it) in tmp_path."""
     # compose's service names resolve only inside the compose network
-    text = re.sub(r"(^\s*server\s+)[A-Za-z][\w.-]*(:\d+;)", r"\g<1>127.0.0.1\2", _nginx_text(), flags=re.M)
-    # keep the check inside tmp_path: its own temp dirs and pid file
+    text = re.sub(r"(^\s*server\s+)[A-Za-z][\w.-]*(:\d+;)",
+                  lambda m: f"{m.group(1)}{upstream};" if upstream else f"{m.group(1)}127.0.0.1{m.group(2)}",
+                  _nginx_text(), flags=re.M)
     temps = "".join(f"    {kind}_temp_path {tmp_path / kind};\n"
                     for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     text = text.replace("http {\n", "http {\n" + temps, 1)
-    text = text.replace("/tmp/ndstore-front.sock", str(tmp_path / "front.sock"))
+    for sock in ("ndstore-front.sock", "ndstore-front-tls.sock"):
+        text = text.replace(f"/tmp/{sock}", str(tmp_path / sock))
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    make_compose_certificate(tls)
+    text = text.replace(f"{COMPOSE_TLS_DIR}/", f"{tls}/")
     load = stream_module(nginx)  # the official image has the stream module built in; Debian's loads it
+    user = "user root root;\n" if os.geteuid() == 0 else ""  # workers reach the sockets in tmp_path
     conf = tmp_path / "nginx.conf"
-    conf.write_text((load or "") + "\n" + text.replace("listen 80 ", "listen 127.0.0.1:18080 "))
+    conf.write_text((load or "") + "\n" + user + text.replace("listen 80 ", f"listen {http} ")
+                    .replace("listen 443 ", f"listen {https} "))
+    return conf
+
+
+def test_nginx_accepts_the_config(tmp_path: Path) -> None:
+    nginx = shutil.which("nginx")
+    if nginx is None or shutil.which("openssl") is None:
+        pytest.skip("nginx and openssl are not installed on this machine; `nginx -t` runs where they are")
+    conf = local_nginx_config(tmp_path, nginx)
     result = subprocess.run([nginx, "-t", "-c", str(conf), "-p", str(tmp_path), "-g", f"pid {tmp_path}/nginx.pid;"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+COMPOSE_TLS_DIR = "/etc/nginx/tls"  # where compose's nginx finds its certificate (the `tls` volume)
+
+
+def make_compose_certificate(into: Path) -> subprocess.CompletedProcess[str]:
+    """Run the `tls` service's command here, its volume (/tls) at ``into``."""
+    command = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["tls"]["command"]
+    assert command[:2] == ["sh", "-c"], command
+    return subprocess.run(["sh", "-c", command[2].replace("/tls/", f"{into}/")], capture_output=True, text=True,
+                          check=True, timeout=60)
+
+
+def test_compose_nginx_speaks_https_on_443_with_the_tls_volume(compose: dict[str, Any]) -> None:
+    """Port 443 goes through the same per-address gate to the http server's TLS socket; the
+    certificate comes from the `tls` volume, which the `tls` service fills before nginx starts; the
+    web nodes see the scheme (X-Forwarded-Proto, trusted with NDSTORE_NUM_PROXIES); TLS versions as
+    the local front's (ndstore/ops/front.py). http stays served on 80."""
+    from ndstore.ops.front import FrontSettings, nginx_config
+
+    s = compose["services"]
+    assert "8080:80" in s["nginx"]["ports"] and "8443:443" in s["nginx"]["ports"]
+    assert f"tls:{COMPOSE_TLS_DIR}:ro" in s["nginx"]["volumes"] and "tls" in compose["volumes"]
+    assert s["nginx"]["depends_on"]["tls"]["condition"] == "service_completed_successfully"
+    assert "tls:/tls" in s["tls"]["volumes"] and s["tls"]["image"] == "ndstore:local"
+    assert any(word == "RUN" and " openssl" in args for word, args in dockerfile_instructions())
+    text = _without_comments(_nginx_text())
+    gates = dict(re.findall(r"listen (\d+) backlog=4096;.*?proxy_pass unix:(\S+);", text, re.S))
+    assert gates == {"80": "/tmp/ndstore-front.sock", "443": "/tmp/ndstore-front-tls.sock"}
+    assert "listen unix:/tmp/ndstore-front.sock proxy_protocol;" in text
+    assert "listen unix:/tmp/ndstore-front-tls.sock ssl proxy_protocol;" in text
+    assert f"ssl_certificate {COMPOSE_TLS_DIR}/cert.pem;" in text
+    assert f"ssl_certificate_key {COMPOSE_TLS_DIR}/key.pem;" in text
+    assert "proxy_set_header X-Forwarded-Proto $scheme;" in text
+    local = nginx_config("127.0.0.1:1", "unix:/x", Path("/x"), FrontSettings(tls_certificate="c", tls_key="k"))
+    protocols = re.findall(r"ssl_protocols [^;]+;", local)
+    assert protocols and protocols == re.findall(r"ssl_protocols [^;]+;", text)
+    for name in WEB_NODES:
+        assert s[name]["environment"]["NDSTORE_NUM_PROXIES"] == "1", name
+
+
+def test_the_tls_service_makes_a_certificate_for_localhost_once(tmp_path: Path) -> None:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl runs the `tls` service's command where it is installed")
+    make_compose_certificate(tmp_path)
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    names = subprocess.run([openssl, "x509", "-in", str(cert), "-noout", "-ext", "subjectAltName"],
+                           capture_output=True, text=True, check=True).stdout
+    assert "DNS:localhost" in names and "IP Address:127.0.0.1" in names, names
+    assert key.stat().st_mode & 0o077 == 0  # the key readable by its owner alone
+    first = cert.read_bytes()
+    make_compose_certificate(tmp_path)  # a certificate already there (yours, or the first run's) is kept
+    assert cert.read_bytes() == first
 
 
 # --- AWS templates ----------------------------------------------------------------------------
