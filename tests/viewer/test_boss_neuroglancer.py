@@ -5,7 +5,8 @@ stack behind an https front (a test certificate), the Neuroglancer build it serv
 What the source does (google/neuroglancer src/datasource/boss/, the version deploy/neuroglancer
 pins): it reads /latest/collection/{c}/experiment/{e}/, each of the experiment's channels,
 /latest/coord/{frame}/ and /latest/downsample/{c}/{e}/{ch} (no trailing slash), then cutouts of
-512 x 512 x 16 boxes, `Accept: image/jpeg` for uint8. Each request goes first without
+512 x 512 x 16 boxes, `Accept: image/jpeg` for uint8, `application/npygz` otherwise (both
+checked here: a uint8 and a uint16 channel). Each request goes first without
 credentials; only a 401, 403, 500 or 504 makes it ask its Keycloak (`https://auth<host less its
 first label>/auth`) for a token, in a popup. So a public channel is drawn with no login at all,
 and the source needs https only because it builds that auth URL from the data URL when the layer
@@ -49,8 +50,13 @@ def ramps() -> np.ndarray:
     return ((x + 2 * y + 8 * z) % 256).astype(np.uint8)
 
 
-def public_channel(stack: LocalStack) -> str:
-    """bosspub/e1/img8: a public uint8 channel holding `ramps()`, 4 x 4 x 40 nm voxels."""
+CHANNELS = {"img8": ("uint8", "image/jpeg"), "img16": ("uint16", "application/npygz")}  # what the source asks
+
+
+@pytest.fixture(scope="module")
+def public_experiment(https_stack: LocalStack) -> str:  # noqa: F811
+    """bosspub/e1 in a public collection, 4 x 4 x 40 nm voxels: img8, uint8 `ramps()`, and img16,
+    uint16 `ramps()` x 257 (its normalized values are img8's)."""
     depth, height, width = SHAPE_ZYX
     for path, body in [("/v1/coord/boss_frame/", {"x_stop": width, "y_stop": height, "z_stop": depth,
                                                   "x_voxel_size": 4, "y_voxel_size": 4, "z_voxel_size": 40,
@@ -58,15 +64,17 @@ def public_channel(stack: LocalStack) -> str:
                        ("/v1/collection/bosspub/", {}),
                        ("/v1/collection/bosspub/experiment/e1/",
                         {"coord_frame": "boss_frame", "num_hierarchy_levels": 1}),
-                       ("/v1/collection/bosspub/experiment/e1/channel/img8/", {"type": "image", "datatype": "uint8"})]:
-        r = call(stack, "POST", path, json=body)
+                       *[(f"/v1/collection/bosspub/experiment/e1/channel/{name}/", {"type": "image", "datatype": dtype})
+                         for name, (dtype, _) in CHANNELS.items()]]:
+        r = call(https_stack, "POST", path, json=body)
         assert r.status_code == 201, (path, r.text)
-    r = call(stack, "POST", f"/v1/cutout/bosspub/e1/img8/0/0:{width}/0:{height}/0:{depth}/", data=ramps().tobytes(),
-             headers={"Content-Type": "application/octet-stream"})
-    assert r.status_code == 201, r.text
-    r = call(stack, "PUT", "/v1/collection/bosspub/", json={"public": True})
+    for name, voxels in (("img8", ramps()), ("img16", ramps().astype(np.uint16) * 257)):
+        r = call(https_stack, "POST", f"/v1/cutout/bosspub/e1/{name}/0/0:{width}/0:{height}/0:{depth}/",
+                 data=voxels.tobytes(), headers={"Content-Type": "application/octet-stream"})
+        assert r.status_code == 201, r.text
+    r = call(https_stack, "PUT", "/v1/collection/bosspub/", json={"public": True})
     assert r.status_code == 200, r.text
-    return "bosspub/e1/img8"
+    return "bosspub/e1"
 
 
 def viewer_url(stack: LocalStack, source: str, panel: bool = False) -> str:
@@ -105,8 +113,11 @@ def ramp_error(png: bytes) -> float:
     return best
 
 
-def test_neuroglancer_boss_source_draws_a_public_channel_over_https(https_stack: LocalStack) -> None:  # noqa: F811
-    channel = public_channel(https_stack)
+@pytest.mark.parametrize("name", list(CHANNELS))
+def test_neuroglancer_boss_source_draws_a_public_channel_over_https(https_stack: LocalStack,  # noqa: F811
+                                                                    public_experiment: str, name: str) -> None:
+    channel = f"{public_experiment}/{name}"
+    media = CHANNELS[name][1]
     host = urlsplit(https_stack.url).netloc
     sent: list[Request] = []
     answered: list[Response] = []
@@ -122,7 +133,7 @@ def test_neuroglancer_boss_source_draws_a_public_channel_over_https(https_stack:
             page.goto(viewer_url(https_stack, f"boss://{https_stack.url}/{channel}", panel=True))
 
             def cutouts() -> list[Response]:
-                return [r for r in answered if "/latest/cutout/bosspub/e1/img8/0/" in r.url]
+                return [r for r in answered if f"/latest/cutout/{channel}/0/" in r.url]
 
             wait_for(lambda: any(r.status == 200 for r in cutouts()), page, "a cutout read")
             clip = panel_centre(page)
@@ -131,10 +142,11 @@ def test_neuroglancer_boss_source_draws_a_public_channel_over_https(https_stack:
             latest = [r for r in answered if urlsplit(r.url).path.startswith("/latest/")]
             paths = {urlsplit(r.url).path for r in latest}
             assert {"/latest/collection/bosspub/experiment/e1/", "/latest/coord/boss_frame/",
-                    "/latest/collection/bosspub/experiment/e1/channel/img8/",
-                    "/latest/downsample/bosspub/e1/img8"} <= paths, paths
+                    *[f"/latest/collection/bosspub/experiment/e1/channel/{other}/" for other in CHANNELS],
+                    f"/latest/downsample/{channel}"} <= paths, paths
             assert all(r.status == 200 for r in latest), [(r.status, r.url) for r in latest]
-            assert {r.headers.get("content-type") for r in cutouts()} == {"image/jpeg"}
+            assert {r.request.headers.get("accept") for r in cutouts()} == {media}
+            assert {r.headers.get("content-type") for r in cutouts()} == {media}
             # anonymous all along: no token asked for, no login offered
             assert not [r.url for r in sent if "authorization" in r.headers]
             assert not [r.url for r in sent if urlsplit(r.url).netloc not in (host, "")
@@ -144,20 +156,32 @@ def test_neuroglancer_boss_source_draws_a_public_channel_over_https(https_stack:
             assert len(context.pages) == 1  # no Keycloak popup
             assert not errors, errors
 
-            # over plain http the source cannot build its auth server's URL, so the layer fails
-            plain = f"boss://http://{host}/{channel}"
-            page = context.new_page()
-            page.goto(viewer_url(https_stack, plain, panel=True))
-            refused = page.locator(".neuroglancer-message-error", has_text="Unable to construct auth server hostname")
-            refused.first.wait_for(timeout=TIMEOUT_S * 1000)
         finally:
             browser.close()
 
 
-def test_the_channel_reads_anonymously_as_the_boss_source_asks(https_stack: LocalStack) -> None:  # noqa: F811
+def test_over_plain_http_the_boss_source_fails_before_any_request(https_stack: LocalStack,  # noqa: F811
+                                                                   public_experiment: str) -> None:
+    """It cannot build its auth server's URL from an http one, so the layer fails as it opens."""
+    host = urlsplit(https_stack.url).netloc
+    sent: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(ignore_https_errors=True, viewport={"width": 800, "height": 600})
+            context.on("request", lambda r: sent.append(r.url))
+            page = context.new_page()
+            page.goto(viewer_url(https_stack, f"boss://http://{host}/{public_experiment}/img8", panel=True))
+            refused = page.locator(".neuroglancer-message-error", has_text="Unable to construct auth server hostname")
+            refused.first.wait_for(timeout=TIMEOUT_S * 1000)
+            assert not [url for url in sent if "/latest/" in url]
+        finally:
+            browser.close()
+
+
+def test_the_channel_reads_anonymously_as_the_boss_source_asks(https_stack: LocalStack,  # noqa: F811
+                                                               public_experiment: str) -> None:
     """What the viewer read above, field by field as the source parses it (frontend.ts)."""
-    if not call(https_stack, "GET", "/v1/collection/bosspub/").ok:
-        public_channel(https_stack)
 
     def get(path: str) -> dict[str, Any]:
         r = requests.get(f"{https_stack.url}/latest/{path}", verify=False, timeout=30)
@@ -165,7 +189,7 @@ def test_the_channel_reads_anonymously_as_the_boss_source_asks(https_stack: Loca
         return r.json()  # type: ignore[no-any-return]
 
     experiment = get("collection/bosspub/experiment/e1/")
-    assert experiment["channels"] == ["img8"] and experiment["coord_frame"] == "boss_frame"
+    assert sorted(experiment["channels"]) == sorted(CHANNELS) and experiment["coord_frame"] == "boss_frame"
     assert (experiment["name"], experiment["collection"], experiment["num_hierarchy_levels"]) == ("e1", "bosspub", 1)
     channel = get("collection/bosspub/experiment/e1/channel/img8/")
     assert (channel["type"], channel["datatype"], channel["name"]) == ("image", "uint8", "img8")
