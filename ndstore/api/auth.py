@@ -4,7 +4,11 @@ A token goes in `Authorization` as `Token <key>` (NDStore's and the Boss's own c
 `Bearer <key>` (OAuth-style tools), or HTTP Basic with the token as the password and any user
 name (CloudVolume's `secrets`, cloudfiles: `{"user": "...", "password": "<key>"}`). The answer to a
 missing or refused token still challenges `Token`: a `Basic` challenge would make a browser open
-its own login dialog over a viewer's page."""
+its own login dialog over a viewer's page.
+
+A scoped token (scopes.py) is checked here too: past its expiry it is refused (401 "token
+expired", on every request: the cached token row carries its expiry, not a verdict); its level
+and resource cap `access_level`; it never acts as staff or superuser."""
 
 from __future__ import annotations
 
@@ -14,9 +18,10 @@ from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import Q
+from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from ndstore.api import meta_cache
+from ndstore.api import meta_cache, scopes
 from ndstore.api.models import ApiToken, Channel, Collection, Experiment, Grant, hash_token
 
 READ, WRITE, ADMIN = 1, 2, 3
@@ -42,11 +47,13 @@ class TokenAuthentication(authentication.BaseAuthentication):
         if not header:
             return None
         key_hash = hash_token(token_key(header))
-        token = meta_cache.cached(("token", key_hash),
-                                  lambda: ApiToken.objects.select_related("user").filter(key_hash=key_hash).first())
+        token = meta_cache.cached(("token", key_hash), lambda: ApiToken.objects.select_related(
+            "user", "collection", "experiment", "channel").filter(key_hash=key_hash).first())
         if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("invalid or revoked token")
-        return token.user, token
+        if token.expires is not None and token.expires <= timezone.now():
+            raise exceptions.AuthenticationFailed("token expired")
+        return scopes.scoped_user(token.user, token), token
 
     def authenticate_header(self, request: Any) -> str:
         return self.keyword
@@ -80,8 +87,19 @@ def access_level(user: Any, collection: Collection, experiment: Experiment | Non
                  channel: Channel | None = None, fresh: bool = False) -> int:
     """The highest level ``user`` holds on the resource: grants on a collection cover its
     experiments and channels, grants on an experiment cover its channels. ``fresh``: read from
-    the database, not the metadata cache (inside a change that is not committed yet)."""
-    if user.is_authenticated and user.is_superuser:
+    the database, not the metadata cache (inside a change that is not committed yet). A scoped
+    token holds min(the user's level, its own) inside its scope and nothing outside it."""
+    scope = scopes.of(user)
+    if scope is None:
+        return _held(user, user.is_authenticated and user.is_superuser, collection, experiment, channel, fresh)
+    if not scope.covers(collection, experiment, channel):
+        return 0
+    return min(scope.level, _held(user, scope.superuser, collection, experiment, channel, fresh))
+
+
+def _held(user: Any, superuser: bool, collection: Collection, experiment: Experiment | None,
+          channel: Channel | None, fresh: bool) -> int:
+    if superuser:
         return ADMIN
     level = READ if collection.public else 0
     if not user.is_authenticated:
@@ -105,6 +123,13 @@ def require(user: Any, needed: int, collection: Collection, experiment: Experime
     path = "/".join(r.name for r in (collection, experiment, channel) if r is not None)
     if isinstance(user, AnonymousUser) or not user.is_authenticated:
         raise exceptions.NotAuthenticated(f"a token with {LEVEL_NAMES[needed]} permission on {path} is required")
+    scope = scopes.of(user)
+    if scope is not None and not scope.covers(collection, experiment, channel):
+        raise exceptions.PermissionDenied(f"this token is scoped to {scope.path} and reaches "
+                                          f"nothing outside it, such as {path}")
+    if scope is not None and scope.level < needed:
+        raise exceptions.PermissionDenied(f"this token is limited to {LEVEL_NAMES[scope.level]}; {path} needs "
+                                          f"{LEVEL_NAMES[needed]}")
     raise exceptions.PermissionDenied(f"this token lacks {LEVEL_NAMES[needed]} permission on {path}")
 
 
@@ -112,10 +137,17 @@ def require_some_grant(user: Any, needed: int, action: str) -> None:
     """Before a body that names its target is read: the caller holds `needed` on something (or
     is a superuser). The target itself is checked once the body is parsed."""
     require_login(user, action)
-    if user.is_superuser:
+    scope = scopes.of(user)
+    if scope is not None and scope.level < needed:
+        raise exceptions.PermissionDenied(f"this token is limited to {LEVEL_NAMES[scope.level]}, and to "
+                                          f"{action} needs {LEVEL_NAMES[needed]}")
+    if scope.superuser if scope is not None else user.is_superuser:
         return
     names = [name for name, level in Grant.LEVELS.items() if level >= needed]
-    if not Grant.objects.filter(user=user, level__in=names).exists():
+    grants = Grant.objects.filter(user=user, level__in=names)
+    if scope is not None:
+        grants = grants.filter(scope.grants())
+    if not grants.exists():
         raise exceptions.PermissionDenied(f"this token holds {LEVEL_NAMES[needed]} permission on no resource, "
                                           f"which it needs to {action}")
 
@@ -125,7 +157,17 @@ def require_login(user: Any, action: str) -> None:
         raise exceptions.NotAuthenticated(f"a token is required to {action}")
 
 
+def require_unscoped(user: Any, action: str) -> None:
+    """For what concerns the whole service, not one resource: a scoped token reads only its own."""
+    require_login(user, action)
+    if scopes.of(user) is not None:
+        raise exceptions.PermissionDenied(f"a scoped token may not {action}: it reaches only its own resource")
+
+
 def require_staff(user: Any, action: str) -> None:
     require_login(user, action)
+    if scopes.of(user) is not None:
+        raise exceptions.PermissionDenied(f"a scoped token never acts as staff, and only resource managers (staff "
+                                          f"users) may {action}")
     if not user.is_staff:
         raise exceptions.PermissionDenied(f"only resource managers (staff users) may {action}")

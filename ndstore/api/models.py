@@ -101,17 +101,29 @@ def hash_token(key: str) -> str:
 
 
 class ApiToken(models.Model):
-    """An API token. Only its SHA-256 is stored; the key itself is shown once, when minted."""
+    """An API token. Only its SHA-256 is stored; the key itself is shown once, when minted.
 
+    A scoped token (`level` set) acts with at most that level, never as staff or superuser, and
+    only inside its resource (the narrowest of collection/experiment/channel given; none: all the
+    user's). Deleting the resource deletes the token (a token whose scope went null would widen).
+    A token minted by a scoped token (`parent`) goes with it. See ndstore/api/scopes.py."""
+
+    SCOPED_LEVELS = ["read", "write"]
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     key_hash = models.CharField(max_length=64, unique=True)
     label = models.CharField(max_length=128, blank=True, default="")
     created = models.DateTimeField(auto_now_add=True)
+    level = models.CharField(max_length=8, blank=True, default="", choices=[(k, k) for k in SCOPED_LEVELS])
+    collection = models.ForeignKey(Collection, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    experiment = models.ForeignKey(Experiment, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    channel = models.ForeignKey(Channel, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    expires = models.DateTimeField(null=True, blank=True)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
 
     @classmethod
-    def mint(cls, user: object, label: str = "", key: str | None = None) -> tuple[ApiToken, str]:
+    def mint(cls, user: object, label: str = "", key: str | None = None, **scope: Any) -> tuple[ApiToken, str]:
         key = key or secrets.token_hex(20)
-        return cls.objects.create(user=user, key_hash=hash_token(key), label=label), key
+        return cls.objects.create(user=user, key_hash=hash_token(key), label=label, **scope), key
 
 
 class Grant(models.Model):

@@ -24,6 +24,7 @@ from ndstore.api.views import (
     segments,
     sharded,
     skeletons,
+    tokens,
     unrouted,
     zarr,
 )
@@ -92,6 +93,8 @@ urlpatterns = [
     path("v1/coord/<name:name>/", resources.CoordFrameView.as_view()),
     path("v1/permissions/", permissions.PermissionsView.as_view()),
     path("v1/audit/", audit.AuditLogView.as_view()),
+    path("v1/tokens/", tokens.TokenList.as_view()),
+    path("v1/tokens/<int:token_id>/", tokens.TokenView.as_view()),
     path("metrics", operations.MetricsView.as_view()),
     path("metrics/", operations.MetricsView.as_view()),
     *boss.routes(),  # Boss v1 compatibility (intern); before the cutout routes
@@ -121,6 +124,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("ndstore.api.views.middleauth")),  # Neuroglancer's middleauth+: /auth_info, the login page
     path("", include("ndstore.api.views.landing")),  # `/` and `/neuroglancer/`
+    path("", include("ndstore.api.views.share")),  # `/share/`: what a share link opens
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     re_path(r"^v1/", unrouted.Unrouted.as_view()),  # last: a JSON 400/404 for what nothing above matched

@@ -54,8 +54,8 @@ class AuditLogView(APIView):
     def get(self, request: Any) -> Response:
         if not request.user.is_authenticated:
             raise exceptions.NotAuthenticated("a superuser's token is required to read the audit log")
-        if not request.user.is_superuser:
-            raise exceptions.PermissionDenied("only superusers may read the audit log")
+        if not request.user.is_superuser:  # nor is a scoped token's user (scopes.py)
+            raise exceptions.PermissionDenied("only superusers may read the audit log, with an unscoped token")
         q = request.query_params
         entries = AuditEntry.objects.all()
         if q.get("user") is not None:

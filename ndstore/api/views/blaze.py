@@ -45,7 +45,7 @@ class BlazeMergeView(APIView):
     def get(self, request: Any) -> Response:
         """What awaits merging (bytes, blobs, supercuboids, the oldest write's age) and the live
         merger, if one beats (null when none does: pending writes then wait)."""
-        auth.require_login(request.user, "see the NDBlaze buffer")
+        auth.require_unscoped(request.user, "see the NDBlaze buffer")
         svc = services()
         return Response({"pending": svc.blaze_buffer.stats().as_dict(), "merger": svc.merger_presence.merger()})
 
@@ -71,7 +71,7 @@ class BlazeMergeRequestView(APIView):
                                                 description="the id POST /v1/blaze/merge/ answered")],
                    auth=TOKEN_REQUIRED, responses={200: MERGE_REQUEST, **errors(401, 404, 429, 503)})
     def get(self, request: Any, request_id: str) -> Response:
-        auth.require_login(request.user, "see an NDBlaze merge")
+        auth.require_unscoped(request.user, "see an NDBlaze merge")
         status = services().merge_requests.merge_status(request_id)
         if status is None:
             raise NotFound(f"no NDBlaze merge request {request_id!r}")

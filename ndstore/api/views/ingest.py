@@ -19,7 +19,7 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import audit, auth, lookups
+from ndstore.api import audit, auth, lookups, scopes
 from ndstore.api.media import read_capped_body
 from ndstore.api.models import IngestJob
 from ndstore.api.schema import TOKEN_REQUIRED, binary, errors
@@ -189,7 +189,9 @@ def _uploader(request: Any) -> str:
 
 
 class IngestJobList(APIView):
-    @extend_schema(summary="List ingest jobs", description="Yours (everyone's for staff), newest first, at most 100.",
+    @extend_schema(summary="List ingest jobs",
+                   description="Yours (everyone's for staff), newest first, at most 100; a scoped token's: those "
+                               "inside its scope.",
                    auth=TOKEN_REQUIRED,
                    responses={200: inline_serializer("IngestJobs", {"jobs": type(JOB)(many=True)}),  # JOB, as a list
                               **errors(401, 429)})
@@ -197,8 +199,10 @@ class IngestJobList(APIView):
         """The caller's jobs, newest first (everyone's for staff)."""
         auth.require_login(request.user, "list ingest jobs")
         jobs = IngestJob.objects.select_related("channel__experiment__collection").order_by("-id")
-        if not request.user.is_staff:
+        if not request.user.is_staff:  # a scoped token's user is not staff (scopes.py)
             jobs = jobs.filter(creator=request.user)
+        if (scope := scopes.of(request.user)) is not None:
+            jobs = jobs.filter(scope.channels("channel__"))
         return Response({"jobs": [describe(j, with_status=False) for j in jobs[:100]]})
 
     @extend_schema(

@@ -17,12 +17,13 @@ from drf_spectacular.utils import (
     extend_schema_view,
     inline_serializer,
 )
+from rest_framework import exceptions
 from rest_framework import serializers as drf_serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ndstore.api import audit, auth, lookups
-from ndstore.api.models import Collection, CoordinateFrame, Grant
+from ndstore.api import audit, auth, lookups, scopes
+from ndstore.api.models import Collection, CoordinateFrame, Experiment, Grant
 from ndstore.api.schema import TOKEN_REQUIRED, errors
 from ndstore.api.serializers import (
     ChannelSerializer,
@@ -168,8 +169,13 @@ class CoordFrameView(ResourceView):
         return {}, CoordinateFrame.objects.filter(name=names["name"]).first()
 
     def check(self, request: Any, level: int, parents: dict[str, Any], obj: Any) -> None:
+        scope = scopes.of(request.user)
         if level > auth.READ:
             auth.require_staff(request.user, "create, change or delete coordinate frames")
+        elif scope is not None:  # only the frames of the experiments inside its scope
+            if obj is None or not obj.experiments.filter(scope.experiments()).exists():
+                raise exceptions.PermissionDenied(f"this token is scoped to {scope.path or 'some resources'} and "
+                                                  f"reads no coordinate frame outside it")
         elif not (obj is not None and obj.experiments.filter(collection__public=True).exists()):
             # a public channel's frame is read anonymously: Neuroglancer's boss:// source reads it
             # before any chunk
@@ -314,4 +320,9 @@ class CoordFrameList(ListView):
 
     def names(self, request: Any, **names: str) -> list[str]:
         auth.require_login(request.user, "list coordinate frames")
-        return [f.name for f in CoordinateFrame.objects.all()]
+        scope = scopes.of(request.user)
+        frames = CoordinateFrame.objects.all()
+        if scope is not None:  # those of the experiments inside its scope
+            frames = CoordinateFrame.objects.filter(
+                pk__in=Experiment.objects.filter(scope.experiments()).values("coord_frame"))
+        return [f.name for f in frames]
