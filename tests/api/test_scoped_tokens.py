@@ -77,7 +77,8 @@ def test_a_read_token_on_a_channel_reads_it_through_every_kind_of_route(owner: A
     assert latest.status_code == 200 and latest.content == got.content
     assert reader.get("/precomputed/sc/e1/img8/info").status_code == 200
     raw = reader.get(f"/precomputed/sc/e1/img8/0/{chunk}")
-    assert raw.status_code == 200 and np.frombuffer(raw.content, np.uint8).reshape(4, 64, 64)[1, 2, 3] == VOXELS[1, 2, 3]
+    assert raw.status_code == 200
+    assert np.array_equal(np.frombuffer(raw.content, np.uint8).reshape(4, 64, 64), VOXELS)  # x fastest, as cut
     assert reader.get("/zarr/sc/e1/img8/zarr.json").status_code == 200
     assert reader.get("/zarr/sc/e1/img8/0/c/0/0/0/0").status_code == 200
     assert reader.get("/v1/image/sc/e1/img8/xy/0/0:64/0:64/1/").status_code == 200

@@ -232,7 +232,8 @@ def test_minting_and_revoking_are_audited_without_the_key(boss: tuple[User, APIC
     key = r.json()["key"]
     assert boss[1].delete(f"/v1/tokens/{r.json()['id']}/").status_code == 204
     rows = list(AuditEntry.objects.filter(path__startswith="/v1/tokens/").order_by("id"))
-    assert [(e.method, e.status, e.target["action"]) for e in rows] == [("POST", 201, "mint"), ("DELETE", 204, "revoke")]
+    assert [(e.method, e.status, e.target["action"]) for e in rows] == [("POST", 201, "mint"),
+                                                                         ("DELETE", 204, "revoke")]
     assert rows[0].target["scope"] == "sc/e1/img8" and rows[1].target["token"] == r.json()["id"]
     assert all(key not in json.dumps([e.body, e.target, e.path]) for e in rows)
 

@@ -119,6 +119,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/v1/",  # tags and operation ids from the part after it: collection, cutout, ...
     "COMPONENT_SPLIT_REQUEST": True,  # request bodies without the read-only fields of the responses
+    # two choice sets of fields named `level`: a grant's and a scoped token's
+    "ENUM_NAME_OVERRIDES": {"LevelEnum": ["read", "write", "admin"], "TokenLevelEnum": ["read", "write"]},
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "ndstore.api.schema.describe_path_parameters",
                              "ndstore.api.schema.distinct_operation_ids",
