@@ -31,8 +31,8 @@ OCTET = "application/octet-stream"
 
 @pytest.fixture
 def boss(admin: APIClient) -> tuple[User, APIClient]:
-    """A staff superuser, and collections `sc` (experiments e1 and e2, channels img8 and img16)
-    and `pub` (public), each channel written."""
+    """A staff superuser, and collections `sc` (experiments e1 and e2, channels img8 and img16;
+    e1 also ann64, labels of img8) and `pub` (public), each channel written."""
     for name in ("sc", "pub"):
         make_dataset(admin, name=name, frame=(64, 64, 4), levels=1, channels={"img8": "uint8", "img16": "uint16"})
     assert admin.post("/v1/collection/sc/experiment/e2/", {"coord_frame": "sc_frame", "num_hierarchy_levels": 1},
@@ -40,6 +40,12 @@ def boss(admin: APIClient) -> tuple[User, APIClient]:
     assert admin.post("/v1/collection/sc/experiment/e2/channel/img8/", {"datatype": "uint8"},
                       format="json").status_code == 201
     assert admin.put("/v1/collection/pub/", {"public": True}, format="json").status_code == 200
+    assert admin.post("/v1/collection/sc/experiment/e1/channel/ann64/", {
+        "type": "annotation", "datatype": "uint64", "sources": ["img8"]}, format="json").status_code == 201
+    labels = np.zeros((4, 64, 64), np.uint64)
+    labels[1:3, 8:40, 8:40] = 1
+    assert admin.generic("POST", "/v1/cutout/sc/e1/ann64/0/0:64/0:64/0:4/", labels.tobytes(),
+                         content_type=OCTET).status_code == 201
     for path in ("sc/e1/img8", "sc/e1/img16", "sc/e2/img8", "pub/e1/img8"):
         dtype = np.uint16 if path.endswith("16") else np.uint8
         assert admin.generic("POST", f"/v1/cutout/{path}/0/0:64/0:64/0:4/", np.full((4, 64, 64), 9, dtype).tobytes(),
@@ -78,6 +84,21 @@ ELSEWHERE = [
     "/zarr/sc/e1/img16/zarr.json",
     "/zarr/sc/e1/img16/0/c/0/0/0/0",
     "/v1/image/sc/e1/img16/xy/0/0:64/0:64/1/",
+    "/v1/blaze/cutout/sc/e1/img16/0/0:64/0:64/0:4/",
+    "/precomputed/sc/e1/ann64/mesh/info",  # the labels beside it: meshes, skeletons, properties, ids
+    "/precomputed/sc/e1/ann64/mesh/1.index",
+    "/precomputed-sharded/sc/e1/ann64/mesh/info",
+    "/precomputed/sc/e1/ann64/skeletons/info",
+    "/precomputed/sc/e1/ann64/skeletons/1",
+    "/precomputed/sc/e1/ann64/segment_properties/info",
+    "/zarr/sc/e1/img8/labels/ann64/zarr.json",  # a label of its own image is still another channel
+    "/zarr/sc/e1/img8/labels/ann64/0/c/0/0/0/0",
+    "/v1/segments/sc/e1/ann64/",
+    "/v1/segments/sc/e1/ann64/1/",
+    "/v1/segmentation/sc/e1/ann64/",
+    "/v1/ids/sc/e1/ann64/0/0:64/0:64/0:4/",
+    "/v1/boundingbox/sc/e1/ann64/0/1/",
+    "/v1/reserve/sc/e1/ann64/10/",
     "/v1/collection/sc/",  # the collection and experiment above it
     "/v1/collection/sc/experiment/e1/",
     "/v1/collection/sc/experiment/",
@@ -98,10 +119,13 @@ ELSEWHERE = [
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("path", ELSEWHERE)
-def test_a_token_scoped_to_one_channel_reads_nothing_else(shared: tuple[APIClient, dict[str, Any]], path: str) -> None:
+def test_a_token_scoped_to_one_channel_reads_nothing_else(shared: tuple[APIClient, dict[str, Any]],
+                                                          boss: tuple[User, APIClient], path: str) -> None:
     reader, _ = shared
-    r = reader.get(path, HTTP_ACCEPT="application/octet-stream" if "cutout" in path else "*/*")
+    accept = "application/octet-stream" if "cutout" in path else "*/*"
+    r = reader.get(path, HTTP_ACCEPT=accept)
     assert r.status_code == 403, (path, r.status_code, r.content[:300])
+    assert boss[1].get(path, HTTP_ACCEPT=accept).status_code in (200, 404), path  # its user's other token reads it
 
 
 @pytest.mark.django_db
@@ -110,6 +134,8 @@ def test_its_listings_hold_only_its_scope(shared: tuple[APIClient, dict[str, Any
     assert reader.get("/v1/collection/").json() == {"collections": []}  # no collection lies inside a channel
     assert reader.get("/v1/coord/").json() == {"coords": []}
     assert reader.get("/v1/ingest/").json() == {"jobs": []}
+    labels = reader.get("/zarr/sc/e1/img8/labels/zarr.json")  # its image's labels: none it may read
+    assert labels.status_code == 200 and labels.json()["attributes"]["ome"]["labels"] == []
     assert [t["id"] for t in reader.get("/v1/tokens/").json()["tokens"]] == [token["id"]]
     others = ApiToken.objects.exclude(pk=token["id"]).values_list("pk", flat=True)
     for pk in others:  # its user's unscoped token and the admin's: a 404, as for no token at all
