@@ -50,8 +50,8 @@ class GrantAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("user", "label", "created")
-    readonly_fields = ("key_hash",)
+    list_display = ("user", "label", "created", "level", "expires")
+    readonly_fields = ("key_hash", "parent")
 
 
 @admin.register(AuditEntry)

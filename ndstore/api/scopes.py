@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, NoReturn
 
 from django.db.models import Q
@@ -31,7 +30,6 @@ class Scope:
     experiment_id: int | None
     channel_id: int | None
     path: str  # "collection/experiment/channel", as far as the scope goes; "" for all the user's
-    expires: datetime | None
     superuser: bool  # the user's own standing, which `level` caps
 
     def covers(self, collection: Collection, experiment: Experiment | None = None,
@@ -91,7 +89,7 @@ def scope_of(token: ApiToken) -> Scope | None:
         return None
     return Scope(token_id=token.pk, level=Grant.LEVELS[token.level], collection_id=token.collection_id,
                  experiment_id=token.experiment_id, channel_id=token.channel_id, path=path_of(token),
-                 expires=token.expires, superuser=token.user.is_superuser)
+                 superuser=token.user.is_superuser)
 
 
 def _unsaveable(*_: Any, **__: Any) -> NoReturn:

@@ -12,12 +12,14 @@ import base64
 import hashlib
 import json
 import re
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from ndstore.api.json_body import MAX_DEPTH
@@ -202,6 +204,17 @@ def test_it_mints_nothing_wider_stronger_or_longer_lived(shared: tuple[APIClient
     assert ApiToken.objects.count() == before
     narrower = minted(reader, scope="sc/e1/img8", expires_in=60)  # what it may mint
     assert narrower.status_code == 201 and narrower.json()["scope"] == "sc/e1/img8"
+
+
+@pytest.mark.django_db
+def test_no_token_mints_one_that_outlives_it(boss: tuple[User, APIClient]) -> None:
+    """Nor an unscoped token that expires (one an operator set in the admin)."""
+    caller = ApiToken.objects.get(user=boss[0])
+    caller.expires = timezone.now() + timedelta(seconds=120)
+    caller.save()
+    r = minted(boss[1], scope="sc/e1/img8", expires_in=3600)
+    assert r.status_code == 403 and "outlives it" in r.json()["message"], r.content
+    assert minted(boss[1], scope="sc/e1/img8", expires_in=60).status_code == 201
 
 
 @pytest.mark.django_db

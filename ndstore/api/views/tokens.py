@@ -55,7 +55,7 @@ def _resources(path: str | None) -> Resources:
     return coll, exp, chan
 
 
-def _may_mint(user: Any, where: Resources, level: int, expires: datetime) -> None:
+def _may_mint(user: Any, caller: ApiToken, where: Resources, level: int, expires: datetime) -> None:
     """PermissionDenied unless the caller may mint a token of this scope, level and expiry."""
     scope = scopes.of(user)
     coll, exp, chan = where
@@ -65,8 +65,8 @@ def _may_mint(user: Any, where: Resources, level: int, expires: datetime) -> Non
     if scope is not None and scope.level < level:
         raise exceptions.PermissionDenied(f"this token is limited to {auth.LEVEL_NAMES[scope.level]}: it may not "
                                           f"mint a {auth.LEVEL_NAMES[level]} token")
-    if scope is not None and scope.expires is not None and expires > scope.expires:
-        raise exceptions.PermissionDenied(f"this token expires at {scope.expires.isoformat()}: it may not mint one "
+    if caller.expires is not None and expires > caller.expires:
+        raise exceptions.PermissionDenied(f"this token expires at {caller.expires.isoformat()}: it may not mint one "
                                           "that outlives it")
     if coll is not None:
         auth.require(user, level, coll, exp, chan)
@@ -149,7 +149,7 @@ class TokenList(APIView):
         v = ser.validated_data
         where = _resources(v.get("scope"))
         expires = timezone.now() + timedelta(seconds=v["expires_in"])
-        _may_mint(request.user, where, Grant.LEVELS[v["level"]], expires)
+        _may_mint(request.user, request.auth, where, Grant.LEVELS[v["level"]], expires)
         shown = _shown_channel(where, v["level"], v.get("view")) if v["share"] else None
         live = ApiToken.objects.filter(Q(expires__isnull=True) | Q(expires__gt=timezone.now()), user=request.user)
         if live.count() >= MAX_LIVE_TOKENS:
