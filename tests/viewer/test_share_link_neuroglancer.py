@@ -32,9 +32,11 @@ from tests.viewer.test_middleauth_neuroglancer import (
     CHROMIUM_ARGS,
     call,
     gray_levels,
-    pytestmark,  # noqa: F401  (Chromium, the Neuroglancer build and openssl are needed)
     wait_for,
 )
+from tests.viewer.test_middleauth_neuroglancer import pytestmark as needs  # Chromium, Neuroglancer, openssl
+
+pytestmark = [*needs, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
 SHAPE_ZYX = (16, 256, 256)
 CHANNEL = "share/e1/img8"
