@@ -21,7 +21,8 @@ def test_serve_runs_the_front_before_gunicorn_and_stops_both(tmp_path: Path, red
     port = free_port()
     env = {**os.environ, "NDSTORE_DATA_DIR": str(tmp_path), "NDSTORE_REDIS_URL": redis_url,
            "NDSTORE_BLAZE_REDIS_URL": redis_url, "NDSTORE_WEB_WORKERS": "1",
-           "DJANGO_SETTINGS_MODULE": "ndstore.api.settings.base"}
+           "DJANGO_SETTINGS_MODULE": "ndstore.api.settings.base",
+           "NDSTORE_ACCESS_LOG": str(tmp_path / "access.log")}
     proc = subprocess.Popen([sys.executable, "-m", "ndstore.cli", "serve", "--bind", f"127.0.0.1:{port}"],
                             env=env, cwd=ROOT, start_new_session=True)
     try:
@@ -30,6 +31,10 @@ def test_serve_runs_the_front_before_gunicorn_and_stops_both(tmp_path: Path, red
         assert answer.headers["Server"].startswith("nginx")
         assert (tmp_path / "front" / "web.sock").is_socket()
         assert "proxy_request_buffering on;" in (tmp_path / "front" / "nginx.conf").read_text()
+        # gunicorn's access log survives Django's logging config (which once emptied it)
+        requests.get(f"http://127.0.0.1:{port}/healthz?logged=1", timeout=5)
+        wait_until(lambda: "/healthz?logged=1" in (tmp_path / "access.log").read_text(),
+                   "an access log line", timeout=10)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
         left = subprocess.run(["pgrep", "-f", str(tmp_path / "front")], capture_output=True, text=True).stdout

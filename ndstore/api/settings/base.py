@@ -137,7 +137,10 @@ LOGGING = {
     "filters": {"answered_on_purpose": {"()": "ndstore.logs.AnsweredOnPurpose"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
     "root": {"handlers": ["console"], "level": os.environ.get("NDSTORE_LOG_LEVEL", "INFO")},
-    "loggers": {**{name: {"level": _LIBRARY_LEVEL} for name in (*LIBRARIES, "django", "drf_spectacular")},
+    # Not "gunicorn": dictConfig resets the children of every logger it names, which would strip
+    # gunicorn.access of its handler (NDSTORE_ACCESS_LOG); gunicorn sets its own levels (loglevel).
+    "loggers": {**{name: {"level": _LIBRARY_LEVEL}
+                   for name in (*LIBRARIES, "django", "drf_spectacular") if name != "gunicorn"},
                 # 4xx are in our request line; a 500 keeps its traceback; our 503/507 logged once
                 "django.request": {"level": "ERROR", "filters": ["answered_on_purpose"]}},
 }
