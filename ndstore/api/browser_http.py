@@ -25,7 +25,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.cache import get_conditional_response
 
 DATA_PREFIXES = ("/v1/cutout/", "/v1/direct/cutout/", "/v1/blaze/cutout/", "/v1/ids/", "/v1/image/",
-                 "/precomputed/", "/precomputed-sharded/", "/zarr/")
+                 "/precomputed/", "/precomputed-sharded/", "/zarr/", "/precomputed-annotations/")
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Expose-Headers": "Content-Range, Content-Length, Content-Encoding, Content-Type, ETag, "

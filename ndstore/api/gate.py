@@ -25,7 +25,7 @@ from ndstore.api.auth import TokenAuthentication
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 SESSION_AUTHENTICATED = ("/admin/",)
 CONTROL_PLANE = ("/v1/collection/", "/v1/coord/", "/v1/permissions/", "/v1/ingest/", "/v1/downsample/",
-                 "/v1/blaze/merge/", "/v1/meta/", "/v1/segments/", "/v1/tokens/")
+                 "/v1/blaze/merge/", "/v1/meta/", "/v1/segments/", "/v1/tokens/", "/v1/annotations/")
 CONTROL_BODY_LIMIT = 1 << 20
 SIGNED_UPLOADS = "/v1/ingest/tiles/"
 

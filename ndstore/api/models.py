@@ -242,3 +242,76 @@ class SegmentProperty(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["channel", "label"], name="unique_segment_label")]
+
+
+class AnnotationLayer(models.Model):
+    """A collection of Neuroglancer precomputed annotations of one experiment: one geometry type,
+    typed properties, relationships to the segments of one label channel of the experiment
+    (ndstore.api.views.annotations). `version` grows with every write: the served indexes are
+    rebuilt for a new version (ndstore.api.annotation_index)."""
+
+    TYPES = ["point", "line", "axis_aligned_bounding_box", "ellipsoid"]
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="annotation_layers")
+    name = _name_field()
+    description = models.CharField(max_length=4096, blank=True, default="")
+    annotation_type = models.CharField(max_length=32, choices=[(t, t) for t in TYPES])
+    # [{"id", "type", "description"?, "enum_values"?, "enum_labels"?}], in Neuroglancer's info form
+    properties = models.JSONField(default=list, blank=True)
+    relationships = models.JSONField(default=list, blank=True)  # relationship ids, in order
+    segmentation = models.ForeignKey(Channel, null=True, blank=True, on_delete=models.PROTECT,
+                                     related_name="annotation_layers")
+    version = models.PositiveBigIntegerField(default=0)
+    creator = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["experiment", "name"], name="unique_annotation_layer_name")]
+
+
+def signed_id(value: int) -> int:
+    """A uint64 id as the signed 64-bit column holds it (two's complement): any database's
+    BIGINT holds every uint64 so, and equality lookups stay exact."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def unsigned_id(value: int) -> int:
+    return value + (1 << 64) if value < 0 else value
+
+
+class Annotation(models.Model):
+    """One annotation. `aid` is its uint64 id (signed_id); a/b are its two points (a point's b is
+    its a; an ellipsoid's b its radii); lo/hi its bounding box; `record` the geometry and property
+    values exactly as Neuroglancer's single-annotation encoding has them, relationships aside."""
+
+    layer = models.ForeignKey(AnnotationLayer, on_delete=models.CASCADE, related_name="annotations")
+    aid = models.BigIntegerField()
+    ax = models.FloatField()
+    ay = models.FloatField()
+    az = models.FloatField()
+    bx = models.FloatField()
+    by = models.FloatField()
+    bz = models.FloatField()
+    lo_x = models.FloatField()
+    lo_y = models.FloatField()
+    lo_z = models.FloatField()
+    hi_x = models.FloatField()
+    hi_y = models.FloatField()
+    hi_z = models.FloatField()
+    record = models.BinaryField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["layer", "aid"], name="unique_annotation_id")]
+
+
+class AnnotationSegment(models.Model):
+    """One related segment of an annotation: relationship (its index in the layer's list), the
+    segment id and the annotation id, both as signed_id. Looked up by segment (the relationship
+    index) and by annotation (by_id, rewrites)."""
+
+    layer = models.ForeignKey(AnnotationLayer, on_delete=models.CASCADE, related_name="+")
+    relationship = models.PositiveSmallIntegerField()
+    segment = models.BigIntegerField()
+    aid = models.BigIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["layer", "relationship", "segment"], name="annotation_segment_lookup"),
+                   models.Index(fields=["layer", "aid"], name="annotation_segment_of")]

@@ -8,6 +8,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from ndstore.api import converters  # noqa: F401  (registers the `name` and `range` converters)
 from ndstore.api.views import (
+    annotation_files,
+    annotation_layers,
     audit,
     blaze,
     boss,
@@ -108,6 +110,10 @@ urlpatterns = [
     path("v1/segmentation/<name:collection>/<name:experiment>/<name:channel>/",
          segmentation.SegmentationView.as_view()),
     *[path(f"v1/segments/{CHANNEL}{tail}", view.as_view()) for tail, view in segments.API_ROUTES],
+    *[path(f"v1/annotations/<name:collection>/<name:experiment>/{tail}", view.as_view())
+      for tail, view in annotation_layers.ROUTES],
+    *[path(f"precomputed-annotations/<name:collection>/<name:experiment>/<name:layer>/{tail}", view.as_view())
+      for tail, view in annotation_files.ROUTES],
     path("v1/ingest/", ingest.IngestJobList.as_view()),
     path("v1/ingest/<int:job_id>/", ingest.IngestJobView.as_view()),
     path("v1/ingest/<int:job_id>/complete/", ingest.IngestJobComplete.as_view()),
@@ -121,6 +127,7 @@ urlpatterns = [
     re_path(r"^precomputed/(?P<rest>(?s:.+))\Z", precomputed.NoSuchFile.as_view()),
     re_path(r"^precomputed-sharded/(?P<rest>(?s:.+))\Z", sharded.NoSuchFile.as_view()),
     re_path(r"^zarr/(?P<rest>(?s:.+))\Z", zarr.NoSuchFile.as_view()),
+    re_path(r"^precomputed-annotations/(?P<rest>(?s:.+))\Z", annotation_files.NoSuchFile.as_view()),
     path("admin/", admin.site.urls),
     path("", include("ndstore.api.views.middleauth")),  # Neuroglancer's middleauth+: /auth_info, the login page
     path("", include("ndstore.api.views.landing")),  # `/` and `/neuroglancer/`

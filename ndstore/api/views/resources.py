@@ -250,6 +250,10 @@ class ChannelView(ResourceView):
         sourcing = [c.name for c in obj.experiment.channels.exclude(pk=obj.pk) if obj.name in c.sources]
         if sourcing:
             raise Conflict(f"{obj.name} is the source of {', '.join(sourcing)}; delete those first")
+        layers = [layer.name for layer in obj.annotation_layers.all()]
+        if layers:
+            raise Conflict(f"the annotation layers {', '.join(layers)} relate to the segments of {obj.name}; delete "
+                           "them first")
         # A running job would keep writing into the purged channel, and its queues and tiles
         # would outlive it with no row left to cancel them by.
         ingests = [str(j.id) for j in obj.ingest_jobs.filter(state="uploading")]

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from django.db import transaction
+from django.db.models import Count
 from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
@@ -30,7 +31,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ndstore.api import audit, auth, budget, lookups
-from ndstore.api.models import Channel, SegmentProperty, label_key
+from ndstore.api.models import AnnotationSegment, Channel, SegmentProperty, label_key, unsigned_id
 from ndstore.api.schema import errors
 from ndstore.api.segment_input import MAX_PER_REQUEST, parse_bulk, parse_id, parse_segment
 from ndstore.api.views.precomputed import NOT_MODIFIED, PrecomputedView, channel_file, channel_for
@@ -190,6 +191,19 @@ PROPERTIES = inline_serializer("SegmentProperties", {
 })
 
 
+def annotation_counts(chan: Channel) -> dict[str, dict[int, int]]:
+    """`{layer}_{relationship}` -> segment -> how many annotations of the layer relate to it so,
+    for every annotation layer whose relationships refer to this channel."""
+    out: dict[str, dict[int, int]] = {}
+    for layer in chan.annotation_layers.all():
+        counts = (AnnotationSegment.objects.filter(layer=layer).values_list("relationship", "segment")
+                  .annotate(n=Count("id")).order_by())
+        out.update({f"{layer.name}_{rel}": {} for rel in layer.relationships})
+        for rel, segment, n in counts:
+            out[f"{layer.name}_{layer.relationships[rel]}"][unsigned_id(segment)] = n
+    return out
+
+
 class SegmentPropertiesFile(PrecomputedView):
     @extend_schema(summary="A label channel's segment properties (Neuroglancer)", responses={
         200: PROPERTIES, 304: NOT_MODIFIED, **errors(401, 403, 404, 429, 503, meanings={
@@ -216,7 +230,8 @@ class SegmentPropertiesFile(PrecomputedView):
             return {int(r.label): Written(r.name, r.description, r.tags)
                     for r in rows.filter(label__in=[label_key(label) for label in labels])}
 
-        body = json.dumps(segment_properties(extents, written, fetch), separators=(",", ":")).encode()
+        body = json.dumps(segment_properties(extents, written, fetch, linked=annotation_counts(chan)),
+                          separators=(",", ":")).encode()
         return channel_file(chan, body, "application/json")
 
 

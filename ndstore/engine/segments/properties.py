@@ -7,10 +7,15 @@ boxes of the supercuboids the index lists the label in, clipped to the level's e
 level-0 voxels). Counts and boxes are those of the index entries: a supercuboid recorded "dense"
 (more than the index's `max_labels` labels) adds nothing to either until it is rebuilt.
 
+Annotations relate to segments (ndstore.api.views.annotation_layers): `linked` gives, per
+property id (`{layer}_{relationship}`), how many annotations each segment has in that
+relationship; each becomes a number property (0 for a segment with none), and a segment with
+annotations is listed even where the label index holds no voxels of it.
+
 The file is bounded: at most `max_listed` segments and `max_bytes` of JSON (about). When a channel
-has more, those users wrote properties for come first, then the rest, each by voxels (largest
-first, then by id); the file's `ndstore` member says how many were left out. Ids are listed
-ascending.
+has more, those users wrote properties for or annotated come first, then the rest, each by voxels
+(largest first, then by id); the file's `ndstore` member says how many were left out. Ids are
+listed ascending.
 """
 
 from __future__ import annotations
@@ -93,11 +98,14 @@ def listing_order(extents: Mapping[int, Extent], written: Iterable[int]) -> list
 
 def segment_properties(extents: Mapping[int, Extent], written: Iterable[int],
                        fetch: Callable[[list[int]], Mapping[int, Written]],
-                       max_listed: int = MAX_LISTED, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
+                       max_listed: int = MAX_LISTED, max_bytes: int = MAX_BYTES,
+                       linked: Mapping[str, Mapping[int, int]] | None = None) -> dict[str, Any]:
     """The `info` file: ``written`` names the labels users wrote properties for, ``fetch`` reads
-    those of some of them (asked for in batches, only while the file has room)."""
+    those of some of them (asked for in batches, only while the file has room); ``linked``: per
+    property id, segment -> how many annotations relate to it."""
     named = set(written)
-    order = listing_order(extents, named)
+    linked = linked or {}
+    order = listing_order(extents, named.union(*(counts.keys() for counts in linked.values())))
     chosen: dict[int, Written | None] = {}
     used = 0
     for start in range(0, min(len(order), max_listed), FETCH_BATCH):
@@ -105,7 +113,7 @@ def segment_properties(extents: Mapping[int, Extent], written: Iterable[int],
         texts = fetch([label for label in batch if label in named]) if named else {}
         for label in batch:
             text = texts.get(label)
-            used += len(str(label)) + 4 + NUMBERS_BYTES + (text.size if text is not None else 0)
+            used += len(str(label)) + 4 + NUMBERS_BYTES + 12 * len(linked) + (text.size if text is not None else 0)
             if used > max_bytes:
                 break
             chosen[label] = text
@@ -114,10 +122,17 @@ def segment_properties(extents: Mapping[int, Extent], written: Iterable[int],
         break
     ids = sorted(chosen)
     return {"@type": "neuroglancer_segment_properties",
-            "inline": {"ids": [str(label) for label in ids], "properties": _properties(ids, extents, chosen)},
+            "inline": {"ids": [str(label) for label in ids],
+                       "properties": [*_properties(ids, extents, chosen), *_linked(ids, linked)]},
             "ndstore": {"segments": len(order), "listed": len(ids), "omitted": len(order) - len(ids),
                         "order": "segments with written properties first, then by voxels, largest first",
                         "max_listed": max_listed, "max_bytes": max_bytes}}
+
+
+def _linked(ids: list[int], linked: Mapping[str, Mapping[int, int]]) -> list[Any]:
+    return [{"id": pid, "type": "number", "data_type": "uint32", "values": [counts.get(label, 0) for label in ids],
+             "description": f"annotations of the segment in relationship {pid} (annotation layer_relationship)"}
+            for pid, counts in sorted(linked.items())]
 
 
 def _properties(ids: list[int], extents: Mapping[int, Extent], texts: Mapping[int, Written | None]) -> list[Any]:

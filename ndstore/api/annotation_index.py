@@ -1,0 +1,96 @@
+"""A layer's served indexes, built from the stored annotations and kept per layer version in
+this process (docs/design/annotations.md).
+
+Every write bumps the layer's `version` in the transaction that makes it; a request reads the
+layer row (its permission check does anyway) and, when the version differs from the one built,
+rebuilds: a write shows in the next request of every worker. A build reads the version again
+after the rows: if a write came between, the build answers this request but is not kept.
+At most KEPT layers are kept per process, the least recently used dropped first.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ndstore.api.models import Annotation, AnnotationLayer
+from ndstore.core.annotations import spatial
+from ndstore.core.annotations.layout import Layout
+
+KEPT = 8
+SPATIAL_LIMIT = 500  # annotations per spatial cell asked of each level but the last
+BATCH = 5000
+_lock = threading.Lock()
+_built: OrderedDict[int, Built] = OrderedDict()
+
+
+@dataclass(frozen=True)
+class Built:
+    version: int
+    ids: np.ndarray  # uint64, ascending
+    records: np.ndarray  # (n, layout.size) uint8, in the order of ids
+    levels: list[spatial.Level]
+    seconds: float  # how long the build took
+
+    def rows_of(self, ids: np.ndarray) -> np.ndarray:
+        """Indices of those of ``ids`` the build holds."""
+        at = np.searchsorted(self.ids, ids)
+        found = at < len(self.ids)
+        found[found] = self.ids[at[found]] == ids[found]
+        return at[found]  # type: ignore[no-any-return]
+
+
+def layout_of(layer: AnnotationLayer) -> Layout:
+    return Layout(layer.annotation_type, tuple((p["id"], p["type"]) for p in layer.properties))
+
+
+def frame_of(layer: AnnotationLayer) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    f = layer.experiment.coord_frame
+    return (float(f.x_start), float(f.y_start), float(f.z_start)), (float(f.x_stop), float(f.y_stop), float(f.z_stop))
+
+
+def _load(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> Built:
+    started = time.perf_counter()
+    size = layout_of(layer).size
+    rows = Annotation.objects.filter(layer=layer).values_list(
+        "aid", "lo_x", "lo_y", "lo_z", "hi_x", "hi_y", "hi_z", "record").iterator(chunk_size=BATCH)
+    ids, boxes, blobs = [], [], []
+    for aid, *box, record in rows:
+        ids.append(aid)
+        boxes.append(box)
+        blobs.append(bytes(record))
+    signed = np.array(ids, np.int64)
+    order = np.argsort(signed.view(np.uint64), kind="stable")
+    unsigned = signed.view(np.uint64)[order]
+    bounds = np.array(boxes, np.float64).reshape(-1, 6)[order]
+    records = np.frombuffer(b"".join(blobs), np.uint8).reshape(-1, size)[order]
+    lower, upper = frame_of(layer)
+    levels = spatial.build(unsigned, bounds[:, :3], bounds[:, 3:], lower, upper, voxel, SPATIAL_LIMIT)
+    return Built(layer.version, unsigned, records, levels, time.perf_counter() - started)
+
+
+def built(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> Built:
+    """The layer's indexes at its version (``layer`` was read by this request)."""
+    with _lock:
+        kept = _built.get(layer.pk)
+        if kept is not None and kept.version == layer.version:
+            _built.move_to_end(layer.pk)
+            return kept
+    fresh = _load(layer, voxel)
+    now = AnnotationLayer.objects.filter(pk=layer.pk).values_list("version", flat=True).first()
+    if now == layer.version:
+        with _lock:
+            _built[layer.pk] = fresh
+            _built.move_to_end(layer.pk)
+            while len(_built) > KEPT:
+                _built.popitem(last=False)
+    return fresh
+
+
+def forget(layer_pk: int) -> None:
+    with _lock:
+        _built.pop(layer_pk, None)
