@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ndstore.api.segment_input import CONTROL, parse_id
+from ndstore.api.segment_input import CONTROL, DECIMAL, parse_id
 from ndstore.core.annotations.layout import COLOURS, GEOMETRY_FLOATS, PROPERTY_TYPES, Layout, check_value, records
 from ndstore.core.errors import InvalidRequest
 
@@ -179,11 +179,19 @@ def property_value(raw: Any, spec: dict[str, Any], where: str) -> Any:
 
 
 def annotation_id(raw: Any, where: str) -> int:
+    """An annotation id: 1 .. 2^64-1, a JSON integer or a decimal string (ASCII digits, no sign or
+    leading zero)."""
     if type(raw) is int:
-        if not 0 < raw <= TOP:
-            raise InvalidRequest(f"{where}: {raw} is not an annotation id (1 .. 2^64-1)")
-        return raw
-    return parse_id(raw, TOP, where)
+        value = raw
+    elif not isinstance(raw, str):
+        raise InvalidRequest(f"{where} must be a decimal string or an integer, not {type(raw).__name__}")
+    elif not DECIMAL.match(raw):
+        raise InvalidRequest(f"{where} must be 1-20 ASCII digits without sign or leading zero, not {raw[:40]!r}")
+    else:
+        value = int(raw)
+    if not 0 < value <= TOP:
+        raise InvalidRequest(f"{where}: {value} is not an annotation id (1 .. 2^64-1)")
+    return value
 
 
 def segment_ids(raw: Any, top: int, where: str) -> list[int]:

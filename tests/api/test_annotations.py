@@ -76,7 +76,7 @@ def every_cell(client: APIClient, layer: str = "syn") -> dict[int, list[Decoded]
 
 def test_a_layer_is_created_listed_and_described(layer: APIClient) -> None:
     listed = layer.get(f"{API}/").json()["layers"]
-    assert [(l["name"], l["annotation_type"], l["relationships"], l["segmentation"]) for l in listed] == \
+    assert [(d["name"], d["annotation_type"], d["relationships"], d["segmentation"]) for d in listed] == \
         [("syn", "line", ["presyn", "postsyn"], "ann")]
     assert listed[0]["precomputed"] == f"{FILES}/syn"
     assert layer.post(f"{API}/syn/", SYNAPSES, format="json").status_code == 409
