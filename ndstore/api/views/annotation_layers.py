@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
@@ -200,7 +200,12 @@ class LayerView(APIView):
         return Response(status=204)
 
 
-def _stored(layer: AnnotationLayer, batch: Batch, target: Target) -> tuple[list[Annotation], list[AnnotationSegment]]:
+Rows = list[tuple[Any, ...]]
+
+
+def _stored(layer: AnnotationLayer, batch: Batch, target: Target) -> tuple[Rows, Rows]:
+    """The rows of the annotation table (layer, aid, geometry, bounds, record) and of the
+    relationship table (layer, relationship, segment, aid) a batch writes."""
     geometry, lo, hi, records = arrays(target, batch)
     a = geometry.astype(np.float64)
     ab = np.concatenate([a, a], axis=1) if a.shape[1] == 3 else a
@@ -208,11 +213,26 @@ def _stored(layer: AnnotationLayer, batch: Batch, target: Target) -> tuple[list[
     rows, related = [], []
     for i, (aid, g, box) in enumerate(zip(batch.ids, ab.tolist(), boxes.tolist())):
         stored = signed_id(aid)
-        rows.append(Annotation(layer=layer, aid=stored, record=records[i].tobytes(), **dict(zip(GEOMETRY, g)),
-                               **dict(zip(BOUNDS, box))))
-        related.extend(AnnotationSegment(layer=layer, relationship=r, segment=signed_id(segment), aid=stored)
+        rows.append((layer.pk, stored, *g, *box, records[i].tobytes()))
+        related.extend((layer.pk, r, signed_id(segment), stored)
                        for r, segments in enumerate(batch.related[i]) for segment in segments)
     return rows, related
+
+
+def _upsert(rows: Rows, related: Rows) -> None:
+    """One INSERT ... ON CONFLICT DO UPDATE, executemany (SQLite and PostgreSQL spell it alike): the
+    ORM's bulk_create spent about 2 of the 2.5 s of a 10,000-annotation write building models and SQL."""
+    q = connection.ops.quote_name
+    columns = [q(c) for c in ("layer_id", "aid", *GEOMETRY, *BOUNDS, "record")]
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns[2:])
+    with connection.cursor() as cursor:
+        cursor.executemany(f"INSERT INTO {q(Annotation._meta.db_table)} ({', '.join(columns)}) VALUES "
+                           f"({', '.join(['%s'] * len(columns))}) ON CONFLICT ({columns[0]}, {columns[1]}) "
+                           f"DO UPDATE SET {updates}", rows)
+        if related:
+            links = ", ".join(q(c) for c in ("layer_id", "relationship", "segment", "aid"))
+            cursor.executemany(f"INSERT INTO {q(AnnotationSegment._meta.db_table)} ({links}) VALUES (%s, %s, %s, %s)",
+                               related)
 
 
 def _bump(layer: AnnotationLayer) -> int:
@@ -241,17 +261,15 @@ class AnnotationWrites(APIView):
         batch = parse_csv_annotations(data, target) if isinstance(data, CSVText) else \
             parse_json_annotations(data, target)
         rows, related = _stored(layer, batch, target)
-        signed = [row.aid for row in rows]
+        signed = [row[1] for row in rows]
         if Annotation.objects.filter(layer=layer).count() + len(signed) - _existing(layer, signed) > MAX_PER_LAYER:
             raise Conflict(f"a layer holds at most {MAX_PER_LAYER} annotations; delete some first")
         audit.record(request, action="write", annotation_layer=path_of(layer), annotations=len(rows),
                      ids=id_runs(batch.ids))
         with transaction.atomic():
-            Annotation.objects.bulk_create(rows, batch_size=BATCH, update_conflicts=True,
-                                           unique_fields=["layer", "aid"], update_fields=[*GEOMETRY, *BOUNDS, "record"])
             for i in range(0, len(signed), BATCH):
                 AnnotationSegment.objects.filter(layer=layer, aid__in=signed[i:i + BATCH]).delete()
-            AnnotationSegment.objects.bulk_create(related, batch_size=BATCH)
+            _upsert(rows, related)
             version = _bump(layer)
         return Response({"written": len(rows), "version": version})
 
