@@ -130,7 +130,8 @@ ANNOTATION = inline_serializer("AnnotationWrite", {
     "relationships": serializers.DictField(required=False, help_text="relationship id -> segment ids"),
 })
 BULK = type(ANNOTATION)(many=True, max_length=MAX_PER_REQUEST)
-IDS = serializers.ListField(child=serializers.CharField(), max_length=MAX_PER_REQUEST)
+IDS = {"application/json": {"type": "array", "maxItems": MAX_PER_REQUEST, "items": {
+    "type": "string", "description": "an annotation id, 1..2^64-1 in decimal (JSON integers are taken too)"}}}
 NO_LAYER = {404: "no such collection, experiment or layer"}
 
 

@@ -1,5 +1,5 @@
-"""How one annotation is laid out in bytes (Neuroglancer, src/datasource/precomputed/annotations.md,
-"Single annotation encoding"): its geometry as float32le, then its property values grouped by
+"""How one annotation is laid out in bytes (the section "Single annotation encoding" of Neuroglancer's
+src/datasource/precomputed/annotations.md): its geometry as float32le, then its property values grouped by
 alignment (4-byte types, then 2-byte, then 1-byte, rgb and rgba; each group in the info's order),
 zero padding to a multiple of 4 bytes; the annotation id index appends, per relationship, a uint32le
 count and the uint64le ids. A list (a spatial cell, a relationship index entry) is a uint64le count,
