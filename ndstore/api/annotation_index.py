@@ -30,7 +30,7 @@ _built: OrderedDict[int, Built] = OrderedDict()
 
 @dataclass(frozen=True)
 class Built:
-    version: int
+    version: tuple[object, ...]  # the layer's version, its frame and voxel size (the levels depend on them)
     ids: np.ndarray  # uint64, ascending
     records: np.ndarray  # (n, layout.size) uint8, in the order of ids
     levels: list[spatial.Level]
@@ -70,14 +70,18 @@ def _load(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> Built:
     records = np.frombuffer(b"".join(blobs), np.uint8).reshape(-1, size)[order]
     lower, upper = frame_of(layer)
     levels = spatial.build(unsigned, bounds[:, :3], bounds[:, 3:], lower, upper, voxel, SPATIAL_LIMIT)
-    return Built(layer.version, unsigned, records, levels, time.perf_counter() - started)
+    return Built(_version(layer, voxel), unsigned, records, levels, time.perf_counter() - started)
+
+
+def _version(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> tuple[object, ...]:
+    return (layer.version, *frame_of(layer), voxel)
 
 
 def built(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> Built:
     """The layer's indexes at its version (``layer`` was read by this request)."""
     with _lock:
         kept = _built.get(layer.pk)
-        if kept is not None and kept.version == layer.version:
+        if kept is not None and kept.version == _version(layer, voxel):
             _built.move_to_end(layer.pk)
             return kept
     fresh = _load(layer, voxel)

@@ -81,7 +81,10 @@ def test_a_private_layer_is_not_served_anonymously(private: APIClient, path: str
     assert anonymous.status == 401 and anonymous.json()["message"]
     _, token = token_for("stranger")
     assert wsgi("GET", path, token=token).status == 403
-    assert wsgi("GET", path, token=granted("reader", "read")).status == 200
+    reader = granted("reader", "read")
+    assert wsgi("GET", path, token=reader).status == 200
+    bearer = wsgi("GET", path, extra={"HTTP_AUTHORIZATION": f"Bearer {reader}"})  # Neuroglancer's middleauth+
+    assert bearer.status == 200 and bearer.content_type.startswith(("application/json", "application/octet-stream"))
     Collection.objects.filter(name="ax").update(public=True)
     assert wsgi("GET", path).status == 200
 
