@@ -84,7 +84,9 @@ class AnnotationJSONParser(parsers.BaseParser):
         if json_items(raw) > MAX_PER_REQUEST:
             raise PayloadTooLarge(f"the body lists more than {MAX_PER_REQUEST} annotations; send at most "
                                   f"{MAX_PER_REQUEST} per request")
-        return parse_json(raw)
+        data = parse_json(raw)
+        parser_context["request"]._request.ndstore_json = data  # type: ignore[index]  # for the audit log
+        return data
 
 
 class CSVText:

@@ -41,7 +41,7 @@ class Built:
         at = np.searchsorted(self.ids, ids)
         found = at < len(self.ids)
         found[found] = self.ids[at[found]] == ids[found]
-        return at[found]  # type: ignore[no-any-return]
+        return at[found]
 
 
 def layout_of(layer: AnnotationLayer) -> Layout:

@@ -211,7 +211,8 @@ def _stored(layer: AnnotationLayer, batch: Batch, target: Target) -> tuple[Rows,
     a = geometry.astype(np.float64)
     ab = np.concatenate([a, a], axis=1) if a.shape[1] == 3 else a
     boxes = np.concatenate([lo, hi], axis=1)
-    rows, related = [], []
+    rows: Rows = []
+    related: Rows = []
     for i, (aid, g, box) in enumerate(zip(batch.ids, ab.tolist(), boxes.tolist())):
         stored = signed_id(aid)
         rows.append((layer.pk, stored, *g, *box, records[i].tobytes()))
