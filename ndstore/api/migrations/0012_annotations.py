@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ndstore', '0010_segment_property'),
+        ('ndstore', '0011_scoped_tokens'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
