@@ -41,6 +41,13 @@ def client_for(user: User | None) -> APIClient:
     return client
 
 
+def bearer(key: str) -> APIClient:
+    """A client sending ``key`` as `Authorization: Bearer`."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
 @pytest.fixture
 def admin(db: Any) -> APIClient:
     user = User.objects.create(username="root", is_staff=True, is_superuser=True)

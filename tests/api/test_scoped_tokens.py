@@ -24,7 +24,7 @@ from ndstore.api.models import ApiToken, Collection, Grant
 from ndstore.core import precomputed
 from ndstore.core.geometry import Box
 from ndstore.ops.localstack import LocalStack, free_port
-from tests.api.conftest import client_for, make_dataset
+from tests.api.conftest import bearer, client_for, make_dataset
 from tests.conftest import own_stack_env
 
 VOXELS = ((np.arange(4 * 64 * 64) * 7) % 251 + 1).astype(np.uint8).reshape(4, 64, 64)
@@ -43,12 +43,6 @@ def owner(admin: APIClient) -> APIClient:
 
 def mint(client: APIClient, **body: Any) -> Any:
     return client.post("/v1/tokens/", {"level": "read", "expires_in": 3600, **body}, format="json")
-
-
-def bearer(key: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return client
 
 
 def test_mint_list_and_revoke_ones_own_tokens(owner: APIClient) -> None:

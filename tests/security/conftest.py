@@ -3,8 +3,11 @@ and a WSGI call that counts how much of a request body the service read."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,3 +103,19 @@ def public_dataset(s: requests.Session, url: str, name: str, frame: tuple[int, i
     for path, body in steps:
         r = s.post(path, json=body, timeout=60)  # a loaded host may be busy writing back what a test before wrote
         assert r.status_code == 201, (path, r.status_code, r.text)
+
+
+def strict_page_policy(page: Any) -> tuple[str, str]:
+    """Checks a page that holds or hands out a token (login, share): exactly one inline script,
+    the only one its Content-Security-Policy lets run (by hash), nothing else loaded, never
+    framed, cached or sent as a referrer. Answers the policy and the script, for the page's own checks."""
+    assert page.status_code == 200
+    csp = page["Content-Security-Policy"]
+    scripts = re.findall(r"<script>(.*?)</script>", page.content.decode(), re.S)
+    assert len(scripts) == 1
+    digest = "sha256-" + base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    assert f"script-src '{digest}'" in csp and "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
+    assert "form-action 'none'" in csp
+    assert page["X-Frame-Options"] == "DENY" and page["Cache-Control"] == "no-store"
+    assert page["Referrer-Policy"] == "no-referrer"
+    return str(csp), scripts[0]

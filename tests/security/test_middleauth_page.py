@@ -7,26 +7,18 @@ origin is handed nothing."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
 
 import pytest
 from django.test import Client
 
+from tests.security.conftest import strict_page_policy
+
 
 @pytest.mark.django_db
 def test_the_login_page_runs_only_its_own_script_and_is_never_framed_or_kept() -> None:
-    page = Client().get("/api/v1/authorize")
-    assert page.status_code == 200
-    csp = page["Content-Security-Policy"]
-    scripts = re.findall(r"<script>(.*?)</script>", page.content.decode(), re.S)
-    assert len(scripts) == 1
-    digest = "sha256-" + base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
-    assert f"script-src '{digest}'" in csp and "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
-    assert "connect-src 'self'" in csp and "form-action 'none'" in csp
-    assert page["X-Frame-Options"] == "DENY" and page["Cache-Control"] == "no-store"
-    assert page["Referrer-Policy"] == "no-referrer"
+    csp, _ = strict_page_policy(Client().get("/api/v1/authorize"))
+    assert "connect-src 'self'" in csp  # it checks the token against this server, and only this one
 
 
 @pytest.mark.django_db

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -43,14 +44,20 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def https_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key (PEM files in ``directory``); the
+    warnings of clients told not to verify it are silenced."""
     urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-    certs = tmp_path_factory.mktemp("tls")
-    cert, key = certs / "cert.pem", certs / "key.pem"
+    cert, key = directory / "cert.pem", directory / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
                     "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.fixture(scope="module")
+def https_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    cert, key = self_signed_certificate(tmp_path_factory.mktemp("tls"))
     stack = LocalStack(tmp_path_factory.mktemp("https-stack"), port=free_port(), workers=1, threads=4,
                        with_merger=False, extra_env=own_stack_env({
                            "NDSTORE_ADMIN_TOKEN": ADMIN_TOKEN, "NDSTORE_FRONT_TLS_CERTIFICATE": str(cert),

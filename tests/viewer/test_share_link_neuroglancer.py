@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 import requests
-import urllib3
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 
 from ndstore.ops.localstack import LocalStack, free_port
@@ -32,6 +31,7 @@ from tests.viewer.test_middleauth_neuroglancer import (
     CHROMIUM_ARGS,
     call,
     gray_levels,
+    self_signed_certificate,
     wait_for,
 )
 from tests.viewer.test_middleauth_neuroglancer import pytestmark as needs  # Chromium, Neuroglancer, openssl
@@ -62,12 +62,7 @@ def request_log(stack: LocalStack) -> str:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-    certs = tmp_path_factory.mktemp("tls")
-    cert, key = certs / "cert.pem", certs / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    cert, key = self_signed_certificate(tmp_path_factory.mktemp("tls"))
     data = tmp_path_factory.mktemp("share-stack")
     local = LocalStack(data, port=free_port(), workers=1, threads=4, with_merger=False, with_runner=False,
                        extra_env=own_stack_env({
