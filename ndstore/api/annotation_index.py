@@ -26,6 +26,7 @@ SPATIAL_LIMIT = 500  # annotations per spatial cell asked of each level but the 
 BATCH = 5000
 _lock = threading.Lock()
 _built: OrderedDict[int, Built] = OrderedDict()
+_building: dict[int, threading.Lock] = {}  # per layer: held while it is being built
 
 
 @dataclass(frozen=True)
@@ -77,13 +78,32 @@ def _version(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> tuple
     return (layer.version, *frame_of(layer), voxel)
 
 
-def built(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> Built:
-    """The layer's indexes at its version (``layer`` was read by this request)."""
+def _kept(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> Built | None:
     with _lock:
         kept = _built.get(layer.pk)
         if kept is not None and kept.version == _version(layer, voxel):
             _built.move_to_end(layer.pk)
             return kept
+    return None
+
+
+def built(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> Built:
+    """The layer's indexes at its version (``layer`` was read by this request). One build of a
+    layer at a time in this process: the requests a viewer sends at once after a write (a dozen
+    cells) wait for that build instead of each making its own, a second of CPU apiece at 100,000."""
+    kept = _kept(layer, voxel)
+    if kept is not None:
+        return kept
+    with _lock:
+        building = _building.setdefault(layer.pk, threading.Lock())
+    with building:
+        kept = _kept(layer, voxel)
+        if kept is not None:
+            return kept
+        return _build_and_keep(layer, voxel)
+
+
+def _build_and_keep(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> Built:
     fresh = _load(layer, voxel)
     now = AnnotationLayer.objects.filter(pk=layer.pk).values_list("version", flat=True).first()
     if now == layer.version:
@@ -98,3 +118,4 @@ def built(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> Built:
 def forget(layer_pk: int) -> None:
     with _lock:
         _built.pop(layer_pk, None)
+        _building.pop(layer_pk, None)

@@ -7,13 +7,18 @@ properties count each segment's annotations."""
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
+from ndstore.api import annotation_index
+from ndstore.api.models import AnnotationLayer
 from tests.annotation_decoder import Decoded, multiple, single
 from tests.api.conftest import make_dataset
 
@@ -214,3 +219,31 @@ def test_100k_synapses_through_the_api_in_bounded_requests(layer: APIClient) -> 
     segment = int(pre[0])
     listed = multiple(binary(layer, f"{FILES}/syn/rel_presyn/{segment}"), meta)
     assert sorted(a.id for a in listed) == sorted(int(i) + 1 for i in np.flatnonzero(pre == segment))
+
+
+@pytest.mark.django_db(transaction=True)  # the threads' own connections see the committed rows
+def test_requests_at_once_after_a_write_wait_for_one_build(admin: APIClient, monkeypatch: Any) -> None:
+    make_dataset(admin, "an", frame=FRAME, levels=1, channels={"ann": "uint64"}, frame_fields=NM)
+    assert admin.post(f"{API}/syn/", SYNAPSES, format="json").status_code == 201
+    write(admin, [synapse(i, 7, 8) for i in range(1, 101)])
+    layer = AnnotationLayer.objects.select_related("experiment__coord_frame").get(name="syn")
+    loads = []
+    real_load = annotation_index._load
+
+    def counted(*args: Any) -> Any:
+        loads.append(threading.get_ident())
+        time.sleep(0.3)  # a big layer's build: the others arrive meanwhile
+        return real_load(*args)
+
+    monkeypatch.setattr(annotation_index, "_load", counted)
+    voxel = (4e-9, 4e-9, 40e-9)
+    def request(_: int) -> Any:
+        try:
+            return annotation_index.built(layer, voxel)
+        finally:
+            connection.close()  # this thread's own
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(request, range(6)))
+    assert len(loads) == 1 and all(a is answers[0] for a in answers)
+    assert len(answers[0].ids) == 100
