@@ -10,6 +10,7 @@ At most KEPT layers are kept per process, the least recently used dropped first.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import OrderedDict
@@ -59,15 +60,20 @@ def _load(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> Built:
     size = layout_of(layer).size
     rows = Annotation.objects.filter(layer=layer).values_list(
         "aid", "lo_x", "lo_y", "lo_z", "hi_x", "hi_y", "hi_z", "record").iterator(chunk_size=BATCH)
-    ids, boxes, blobs = [], [], []
-    for aid, *box, record in rows:
-        ids.append(aid)
-        boxes.append(box)
-        blobs.append(bytes(record))
-    signed = np.array(ids, np.int64)
+    # Rows become arrays BATCH at a time: a million rows (the most a layer holds) kept as Python
+    # objects would take several hundred MB of the worker's room (~370 bytes a row), as arrays
+    # about 100 (the id, the box and the record).
+    ids: list[np.ndarray] = []
+    boxes: list[np.ndarray] = []
+    blobs: list[bytes] = []
+    while batch := list(itertools.islice(rows, BATCH)):
+        ids.append(np.array([row[0] for row in batch], np.int64))
+        boxes.append(np.array([row[1:7] for row in batch], np.float64).reshape(-1, 6))
+        blobs.append(b"".join(bytes(row[7]) for row in batch))
+    signed = np.concatenate(ids) if ids else np.zeros(0, np.int64)
     order = np.argsort(signed.view(np.uint64), kind="stable")
     unsigned = signed.view(np.uint64)[order]
-    bounds = np.array(boxes, np.float64).reshape(-1, 6)[order]
+    bounds = (np.concatenate(boxes) if boxes else np.zeros((0, 6)))[order]
     records = np.frombuffer(b"".join(blobs), np.uint8).reshape(-1, size)[order]
     lower, upper = frame_of(layer)
     levels = spatial.build(unsigned, bounds[:, :3], bounds[:, 3:], lower, upper, voxel, SPATIAL_LIMIT)
