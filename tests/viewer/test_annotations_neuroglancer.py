@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -30,7 +31,7 @@ import numpy as np
 import pytest
 import requests
 from PIL import Image
-from playwright.sync_api import Browser, Page, Response
+from playwright.sync_api import Browser, ConsoleMessage, Error, Page, Response
 from rest_framework.test import APIClient
 
 from ndstore.api.models import Collection
@@ -95,16 +96,41 @@ def state(base: str, selected: list[int]) -> str:
 
 
 class Watch:
-    """The answers a page gets from the annotation files, and its errors."""
+    """The answers a page gets from the annotation files, and its errors: uncaught ones, console
+    errors, and every exception the page's script throws, caught or not (Neuroglancer catches a
+    layer's failure to restore and only shows its message in the status bar), with its stack."""
 
     def __init__(self, page: Page, prefix: str) -> None:
-        self.prefix, self.answers, self.errors, self.offsite = prefix, [], [], []  # type: ignore[var-annotated]
+        self.page, self.prefix = page, prefix
+        self.answers, self.errors, self.console, self.thrown, self.heard = [], [], [], [], []  # type: ignore[var-annotated]
         page.context.on("response", self._seen)
-        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("pageerror", self._uncaught)
+        page.on("console", self._console)
+        self.cdp = page.context.new_cdp_session(page)
+        self.cdp.on("Debugger.paused", self._thrown)
+        self.cdp.send("Debugger.enable")
+        self.cdp.send("Debugger.setPauseOnExceptions", {"state": "all"})
 
     def _seen(self, response: Response) -> None:
+        self.heard.append(f"{response.status} {response.url}")
         if response.url.startswith(self.prefix):
             self.answers.append(response)
+
+    def _uncaught(self, error: Error) -> None:
+        self.errors.append(error.stack or str(error))
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.console.append(f"{message.text} {message.location}")
+
+    def _thrown(self, event: dict[str, Any]) -> None:
+        data = event.get("data") or {}
+        if len(self.thrown) < 20:
+            self.thrown.append(f"{data.get('description', data)} (after {self.heard[-8:]})")
+        try:
+            self.cdp.send("Debugger.resume")
+        except Error:  # the page closed meanwhile
+            pass
 
     def files(self, part: str) -> list[Response]:
         return [r for r in self.answers if part in r.url and r.status in (200, 304)]
@@ -112,6 +138,35 @@ class Watch:
     def ids(self, part: str, info: dict[str, Any]) -> set[int]:
         """The annotation ids of the files answered under ``part`` (200s; their bodies decoded)."""
         return {a.id for r in self.files(part) if r.status == 200 for a in multiple(r.body(), info)}  # type: ignore
+
+    def report(self) -> str:
+        """What the page shows and threw, for a failure's message."""
+        shown = self.page.evaluate("""() => ({
+            layers: [...document.querySelectorAll('.neuroglancer-layer-item-label')].map(e => e.textContent),
+            status: [...document.querySelectorAll('button')].filter(b => b.textContent === 'Dismiss')
+                        .map(b => b.parentElement.textContent)})""")
+        return f"page: {shown}; errors: {self.errors}; console: {self.console[-10:]}; thrown: {self.thrown}"
+
+    def wait_for(self, condition: Callable[[], bool], what: str) -> None:
+        try:
+            wait_for(condition, self.page, what)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; {self.report()}") from None
+
+
+LAYERS_JS = "() => [...document.querySelectorAll('.neuroglancer-layer-item-label')].map(e => e.textContent)"
+
+
+def opened(chromium: Browser, url: str, prefix: str) -> tuple[Page, Watch]:
+    """A new page on the viewer's URL, once Neuroglancer made its layers: both of them, or the
+    failure says why not (it creates them all at once from the URL, and shows only the message
+    of one that failed, in its status bar: without it, a wait for that layer's files runs out)."""
+    page = chromium.new_page(viewport={"width": 1000, "height": 800})
+    watch = Watch(page, prefix)
+    page.goto(url)
+    watch.wait_for(lambda: bool(page.evaluate(LAYERS_JS)), "Neuroglancer's layers")
+    assert page.evaluate(LAYERS_JS) == ["ann", "synapses"], watch.report()
+    return page, watch
 
 
 def yellow(page: Page) -> int:
@@ -137,31 +192,27 @@ def test_neuroglancer_shows_100k_synapses_and_one_segments_through_the_relations
     info = http.get(f"{prefix}info").json()
     viewer = f"{base}/neuroglancer/#!"
 
-    page = browser.new_page(viewport={"width": 1000, "height": 800})
-    watch = Watch(page, prefix)
-    page.goto(viewer + state(base, []))
-    wait_for(lambda: bool(watch.files("/spatial")), page, f"a spatial cell from {prefix}")
-    wait_for(lambda: yellow(page) >= MIN_DRAWN, page, "the synapses drawn in the 3-D panel")
+    page, watch = opened(browser, viewer + state(base, []), prefix)
+    watch.wait_for(lambda: bool(watch.files("/spatial")), f"a spatial cell from {prefix}")
+    watch.wait_for(lambda: yellow(page) >= MIN_DRAWN, "the synapses drawn in the 3-D panel")
     page.screenshot(path=str(tmp_path / "all.png"))
     everyone = yellow(page)
     shown = watch.ids("/spatial", info)
     assert len(shown) >= 500 and shown <= set(range(1, N + 1)), len(shown)
     assert all(r.status in (200, 304) for r in watch.answers), [(r.status, r.url) for r in watch.answers]
-    assert not watch.errors, watch.errors
+    assert not watch.errors, watch.report()
     page.close()
 
-    page = browser.new_page(viewport={"width": 1000, "height": 800})
-    watch = Watch(page, prefix)
-    page.goto(viewer + state(base, [CHOSEN]))
+    page, watch = opened(browser, viewer + state(base, [CHOSEN]), prefix)
     for rel in ("presyn", "postsyn"):
-        wait_for(lambda rel=rel: bool(watch.files(f"/rel_{rel}/{CHOSEN}")), page,  # type: ignore[misc]
-                 f"rel_{rel}/{CHOSEN} from {prefix}")
+        watch.wait_for(lambda rel=rel: bool(watch.files(f"/rel_{rel}/{CHOSEN}")),  # type: ignore[misc]
+                       f"rel_{rel}/{CHOSEN} from {prefix}")
         assert watch.ids(f"/rel_{rel}/{CHOSEN}", info) == synapses[rel]
-    wait_for(lambda: yellow(page) > 0, page, f"segment {CHOSEN}'s synapses drawn")
+    watch.wait_for(lambda: yellow(page) > 0, f"segment {CHOSEN}'s synapses drawn")
     page.wait_for_timeout(1000)  # its few hundred synapses all drawn, not the 100,000
     page.screenshot(path=str(tmp_path / "segment.png"))
     assert yellow(page) < everyone / 2, f"more than one segment's synapses drawn: {tmp_path / 'segment.png'}"
-    assert not watch.errors, watch.errors
+    assert not watch.errors, watch.report()
     page.close()
 
     # a new synapse of the segment, with a priority that puts it in the coarsest cell
@@ -172,9 +223,7 @@ def test_neuroglancer_shows_100k_synapses_and_one_segments_through_the_relations
              "relationships": {"presyn": [str(CHOSEN)], "postsyn": ["1"]}}]
     assert http.post(f"{base}/v1/annotations/syn/e1/synapses/annotations/", json=body).status_code == 200
     for selected, part in (([], "/spatial0/0_0_0"), ([CHOSEN], f"/rel_presyn/{CHOSEN}")):
-        page = browser.new_page(viewport={"width": 1000, "height": 800})
-        watch = Watch(page, prefix)
-        page.goto(viewer + state(base, selected))
-        wait_for(lambda w=watch, p=part: bool(w.files(p)), page, f"{part} from {prefix}")  # type: ignore[misc]
+        page, watch = opened(browser, viewer + state(base, selected), prefix)
+        watch.wait_for(lambda w=watch, p=part: bool(w.files(p)), f"{part} from {prefix}")  # type: ignore[misc]
         assert new in watch.ids(part, info), f"the new synapse {new} is not in {part}"
         page.close()
