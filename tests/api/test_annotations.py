@@ -18,7 +18,8 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from ndstore.api import annotation_index
-from ndstore.api.models import AnnotationLayer
+from ndstore.api.models import AnnotationLayer, Channel
+from ndstore.api.views.segments import annotation_counts
 from tests.annotation_decoder import Decoded, multiple, single
 from tests.api.conftest import make_dataset
 
@@ -182,6 +183,17 @@ def test_segment_properties_count_each_segments_annotations(layer: APIClient) ->
     values = {p["id"]: dict(zip(props["ids"], p["values"])) for p in props["properties"]}
     assert values["syn_presyn"] == {"7": 2, "8": 0, "9": 1}
     assert values["syn_postsyn"] == {"7": 0, "8": 2, "9": 1}
+    first = layer.get("/precomputed/an/e1/ann/segment_properties/info")
+    assert first["Cache-Control"].endswith("no-cache")  # the counts change with each write: asked again
+    write(layer, [synapse(4, 7, 8)])
+    again = layer.get("/precomputed/an/e1/ann/segment_properties/info", HTTP_IF_NONE_MATCH=first["ETag"])
+    assert again.status_code == 200
+    props = again.json()["inline"]
+    assert dict(zip(props["ids"], next(p["values"] for p in props["properties"] if p["id"] == "syn_presyn"))) == \
+        {"7": 3, "8": 0, "9": 1}
+    # a worker holds the largest counts only, however many segments writers related annotations to
+    chan = Channel.objects.get(name="ann", experiment__name="e1")
+    assert annotation_counts(chan, most=2) == {"syn_presyn": {7: 3}, "syn_postsyn": {8: 3}}
 
 
 def test_100k_synapses_through_the_api_in_bounded_requests(layer: APIClient) -> None:

@@ -37,7 +37,7 @@ from ndstore.api.segment_input import MAX_PER_REQUEST, parse_bulk, parse_id, par
 from ndstore.api.views.precomputed import NOT_MODIFIED, PrecomputedView, channel_file, channel_for
 from ndstore.core.errors import Conflict, InvalidRequest, NotFound
 from ndstore.core.keys import SEPARATOR
-from ndstore.engine.segments.properties import Written, label_extents, segment_properties
+from ndstore.engine.segments.properties import MAX_LISTED, Written, label_extents, segment_properties
 from ndstore.wiring import services
 
 MAX_PER_CHANNEL = 100_000
@@ -191,16 +191,22 @@ PROPERTIES = inline_serializer("SegmentProperties", {
 })
 
 
-def annotation_counts(chan: Channel) -> dict[str, dict[int, int]]:
+def annotation_counts(chan: Channel, most: int = MAX_LISTED) -> dict[str, dict[int, int]]:
     """`{layer}_{relationship}` -> segment -> how many annotations of the layer relate to it so,
-    for every annotation layer whose relationships refer to this channel."""
+    for every annotation layer whose relationships refer to this channel: the `most` largest
+    counts of all (the database sorts them). Writers may relate annotations to any number of
+    segment ids; the file lists at most MAX_LISTED segments, and a worker holds no more."""
     out: dict[str, dict[int, int]] = {}
-    for layer in chan.annotation_layers.all():
-        counts = (AnnotationSegment.objects.filter(layer=layer).values_list("relationship", "segment")
-                  .annotate(n=Count("id")).order_by())
+    room = most
+    for layer in chan.annotation_layers.order_by("name"):
         out.update({f"{layer.name}_{rel}": {} for rel in layer.relationships})
+        if room <= 0:
+            continue
+        counts = (AnnotationSegment.objects.filter(layer=layer).values_list("relationship", "segment")
+                  .annotate(n=Count("id")).order_by("-n", "relationship", "segment")[:room])
         for rel, segment, n in counts:
             out[f"{layer.name}_{layer.relationships[rel]}"][unsigned_id(segment)] = n
+            room -= 1
     return out
 
 
@@ -222,17 +228,21 @@ class SegmentPropertiesFile(PrecomputedView):
                                 volume.extent(0))
         rows = SegmentProperty.objects.filter(channel=chan)
         written = [int(label) for label in rows.values_list("label", flat=True)]
+        linked = annotation_counts(chan)
         # the JSON text at most (the index entries were read already, and are about as large)
-        estimate = min(200 * (len(extents) + len(written)), 48 << 20)
+        estimate = min(200 * (len(extents) + len(written) + sum(map(len, linked.values()))), 48 << 20)
         budget.reserve(request, estimate, None, reading=estimate)
 
         def fetch(labels: list[int]) -> dict[int, Written]:
             return {int(r.label): Written(r.name, r.description, r.tags)
                     for r in rows.filter(label__in=[label_key(label) for label in labels])}
 
-        body = json.dumps(segment_properties(extents, written, fetch, linked=annotation_counts(chan)),
-                          separators=(",", ":")).encode()
-        return channel_file(chan, body, "application/json")
+        body = json.dumps(segment_properties(extents, written, fetch, linked=linked), separators=(",", ":")).encode()
+        response = channel_file(chan, body, "application/json")
+        # its annotation counts change with every annotation write, which shows at once: asked again each time
+        # (the ETag answers a 304 while nothing changed)
+        response["Cache-Control"] = response["Cache-Control"].split(",")[0] + ", no-cache"
+        return response
 
 
 # Tails under /precomputed/{c}/{e}/{ch}/ and /precomputed-sharded/{c}/{e}/{ch}/, mounted by ndstore.api.urls.
