@@ -14,6 +14,7 @@ import itertools
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,9 @@ from ndstore.core.annotations import spatial
 from ndstore.core.annotations.layout import Layout
 
 KEPT = 8
+KEPT_BYTES = 256 << 20  # the builds a process keeps, all layers together (the newest is always kept)
+BUILD_ROW_BYTES = 8 + 48 + 64  # a build's arrays per annotation beside its record: id, box, level arrays
+# (reserved as a read, which counts them twice: the batches and their concatenation, the sort's copies)
 SPATIAL_LIMIT = 500  # annotations per spatial cell asked of each level but the last
 BATCH = 5000
 _lock = threading.Lock()
@@ -37,6 +41,11 @@ class Built:
     records: np.ndarray  # (n, layout.size) uint8, in the order of ids
     levels: list[spatial.Level]
     seconds: float  # how long the build took
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.ids.nbytes + self.records.nbytes
+                   + sum(level.keys.nbytes + level.starts.nbytes + level.members.nbytes for level in self.levels))
 
     def rows_of(self, ids: np.ndarray) -> np.ndarray:
         """Indices of those of ``ids`` the build holds."""
@@ -93,10 +102,17 @@ def _kept(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> Built | 
     return None
 
 
-def built(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> Built:
+def build_bytes(layer: AnnotationLayer) -> int:
+    """What building the layer's indexes holds at its peak (for the worker's budget)."""
+    return Annotation.objects.filter(layer=layer).count() * (BUILD_ROW_BYTES + layout_of(layer).size)
+
+
+def built(layer: AnnotationLayer, voxel: tuple[float, float, float],
+          reserve: Callable[[int], None] = lambda _: None) -> Built:
     """The layer's indexes at its version (``layer`` was read by this request). One build of a
     layer at a time in this process: the requests a viewer sends at once after a write (a dozen
-    cells) wait for that build instead of each making its own, a second of CPU apiece at 100,000."""
+    cells) wait for that build instead of each making its own, a second of CPU apiece at 100,000.
+    ``reserve(bytes)`` is called before a build, with what it will hold (it may refuse: raise)."""
     kept = _kept(layer, voxel)
     if kept is not None:
         return kept
@@ -106,6 +122,7 @@ def built(layer: AnnotationLayer, voxel: tuple[float, float, float]) -> Built:
         kept = _kept(layer, voxel)
         if kept is not None:
             return kept
+        reserve(build_bytes(layer))
         return _build_and_keep(layer, voxel)
 
 
@@ -116,7 +133,7 @@ def _build_and_keep(layer: AnnotationLayer, voxel: tuple[float, float, float]) -
         with _lock:
             _built[layer.pk] = fresh
             _built.move_to_end(layer.pk)
-            while len(_built) > KEPT:
+            while len(_built) > KEPT or (len(_built) > 1 and sum(b.nbytes for b in _built.values()) > KEPT_BYTES):
                 _built.popitem(last=False)
     return fresh
 
@@ -125,3 +142,9 @@ def forget(layer_pk: int) -> None:
     with _lock:
         _built.pop(layer_pk, None)
         _building.pop(layer_pk, None)
+
+
+def forget_all() -> None:
+    with _lock:
+        _built.clear()
+        _building.clear()

@@ -259,3 +259,21 @@ def test_requests_at_once_after_a_write_wait_for_one_build(admin: APIClient, mon
         answers = list(pool.map(request, range(6)))
     assert len(loads) == 1 and all(a is answers[0] for a in answers)
     assert len(answers[0].ids) == 100
+
+
+def test_a_build_reserves_what_it_holds_and_kept_builds_are_bounded(layer: APIClient, monkeypatch: Any) -> None:
+    write(layer, [synapse(i, 7, 8) for i in range(1, 201)])
+    assert layer.post(f"{API}/other/", SYNAPSES, format="json").status_code == 201
+    write(layer, [synapse(i, 7, 8) for i in range(1, 11)], layer="other")
+    layers = AnnotationLayer.objects.select_related("experiment__coord_frame")
+    syn, other = layers.get(name="syn"), layers.get(name="other")
+    voxel = (4e-9, 4e-9, 40e-9)
+    asked: list[int] = []
+    first = annotation_index.built(syn, voxel, asked.append)
+    assert asked == [200 * (annotation_index.BUILD_ROW_BYTES + annotation_index.layout_of(syn).size)]
+    assert annotation_index.built(syn, voxel, asked.append) is first and len(asked) == 1  # kept: nothing to hold
+    # past the bytes kept, the least recently used build goes (the newest stays whatever its size)
+    monkeypatch.setattr(annotation_index, "KEPT_BYTES", first.nbytes)
+    annotation_index.built(other, voxel, asked.append)
+    assert len(asked) == 2 and annotation_index._kept(syn, voxel) is None
+    assert annotation_index._kept(other, voxel) is not None

@@ -50,8 +50,9 @@ def voxel_metres(layer: AnnotationLayer) -> tuple[float, float, float]:
 
 
 def served(request: Any, kw: dict[str, Any]) -> tuple[AnnotationLayer, Built]:
+    """The layer and its build; a request that has to build it first reserves what the build holds."""
     layer = layer_of(request, kw, auth.READ)
-    return layer, built(layer, voxel_metres(layer))
+    return layer, built(layer, voxel_metres(layer), lambda held: budget.reserve(request, held, None, reading=0))
 
 
 def answer(body: bytes, content_type: str, request: Any) -> HttpResponse:
