@@ -11,11 +11,13 @@ RUN NDSTORE_NEUROGLANCER_DIR=/neuroglancer bash deploy/neuroglancer/install.sh
 FROM python:3.11-slim-bookworm
 
 # glibc reads MALLOC_* only at process start: keep large cutout buffers resident instead of
-# mmap/munmap-ing them per request (the same values `ndstore up` sets).
+# mmap/munmap-ing them per request, in one arena so that what is kept stays bounded (the same
+# values `ndstore up` sets, ndstore.ops.localstack.MALLOC_TUNING).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     DJANGO_SETTINGS_MODULE=ndstore.api.settings.production \
     NDSTORE_DATA_DIR=/var/lib/ndstore \
+    MALLOC_ARENA_MAX=1 \
     MALLOC_MMAP_THRESHOLD_=67108864 \
     MALLOC_TRIM_THRESHOLD_=268435456 \
     MALLOC_TOP_PAD_=67108864 \

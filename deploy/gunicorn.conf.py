@@ -24,7 +24,7 @@ limit_request_field_size = 0
 limit_request_fields = 32768
 
 # glibc reads MALLOC_* tuning only at process start, so it cannot be set here: `ndstore up`,
-# the Dockerfile and compose put MALLOC_MMAP_THRESHOLD_/TRIM_THRESHOLD_/TOP_PAD_ in the
+# the Dockerfile and compose put MALLOC_ARENA_MAX/MMAP_THRESHOLD_/TRIM_THRESHOLD_/TOP_PAD_ in the
 # environment gunicorn starts with (see ndstore.ops.localstack.MALLOC_TUNING).
 
 # Several stacks (tests, benchmarks) may run side by side; a shared control socket in $HOME

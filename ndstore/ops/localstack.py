@@ -30,7 +30,11 @@ from ndstore.ops.processes import StartFailed, on_stop_signal, run_until_stopped
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK_ENV = "stack-env.json"
+# One arena: the trim threshold and top pad apply per arena, and each of a worker's threads takes
+# an arena of its own (up to 8 x cores), so freed memory kept would be arenas x 320 MiB, not 320
+# (docs/design/serving.md, "gunicorn workers").
 MALLOC_TUNING = {
+    "MALLOC_ARENA_MAX": "1",
     "MALLOC_MMAP_THRESHOLD_": str(64 << 20),
     "MALLOC_TRIM_THRESHOLD_": str(256 << 20),
     "MALLOC_TOP_PAD_": str(64 << 20),
