@@ -17,13 +17,23 @@ ReceiveMessage checks each message it hands out against the retention period thr
 call, so a receive from a queue of n messages took O(n^2); and every request lists moto's package
 directory (a stat per service) to find its backend. These are answered here from the same state
 with the work done once, or not at all where nothing reads it (`_do_slow_work_once`).
+
+A retried TransactWriteItems (botocore retries a call whose answer was lost, with the same
+ClientRequestToken) answers as DynamoDB does, success without a second write, where moto would
+write again and a conditional transaction would fail on its own first attempt.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
+import io
+import json
 import logging
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,6 +42,11 @@ from werkzeug.serving import BaseWSGIServer, make_server
 # moto's backends are process-wide, so is the lock that guards them.
 _LOCK = threading.Lock()
 _holding = threading.local()
+_TRANSACT_WRITE = "DynamoDB_20120810.TransactWriteItems"
+IDEMPOTENT_FOR_S = 600.0  # DynamoDB's window for a ClientRequestToken
+IDEMPOTENT_TOKENS = 100_000  # the answers kept for it, oldest dropped first
+# token -> (when, digest of the other parameters, (status, headers), body) of a transaction that succeeded
+_succeeded: OrderedDict[str, tuple[float, str, tuple[str, list[tuple[str, str]]], bytes]] = OrderedDict()
 
 
 class SerialApp:
@@ -43,7 +58,53 @@ class SerialApp:
         _do_slow_work_once()
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        if environ.get("HTTP_X_AMZ_TARGET") == _TRANSACT_WRITE:
+            return self._transact_write(environ, start_response)
+        return self._serially(environ, start_response)
+
+    def _transact_write(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        """A TransactWriteItems as DynamoDB answers it: botocore gives each call a
+        ClientRequestToken and retries with it (after a lost answer, a reset connection, a 500),
+        and a token that already succeeded answers success again without writing twice, for ten
+        minutes; with other parameters it is an IdempotentParameterMismatchException. moto writes
+        again, and a retried conditional write then fails on its own first attempt."""
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        environ["wsgi.input"] = io.BytesIO(body)
+        try:
+            request = json.loads(body)
+            token = request.pop("ClientRequestToken", None) if isinstance(request, dict) else None
+        except ValueError:
+            token = None  # moto answers what it cannot parse
+        if not isinstance(token, str):
+            return self._serially(environ, start_response)
+        digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
         with _LOCK:
+            now = time.monotonic()
+            while _succeeded and next(iter(_succeeded.values()))[0] < now - IDEMPOTENT_FOR_S:
+                _succeeded.popitem(last=False)
+            done = _succeeded.get(token)
+            if done is not None and done[1] != digest:
+                start_response("400 Bad Request", [("Content-Type", "application/x-amz-json-1.0")])
+                return [json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#IdempotentParameterMismatchException",
+                                    "message": "the ClientRequestToken was used with other parameters"}).encode()]
+            if done is not None:
+                start_response(*done[2])
+                return [done[3]]
+            answered: list[Any] = []
+
+            def remember(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+                answered[:] = [status, headers]
+                return start_response(status, headers, *exc_info)
+
+            answer = b"".join(self._serially(environ, remember, locked=True))
+            if answered and answered[0].startswith("200"):
+                _succeeded[token] = (now, digest, (answered[0], answered[1]), answer)
+                while len(_succeeded) > IDEMPOTENT_TOKENS:
+                    _succeeded.popitem(last=False)
+            return [answer]
+
+    def _serially(self, environ: dict[str, Any], start_response: Any, locked: bool = False) -> list[bytes]:
+        with contextlib.nullcontext() if locked else _LOCK:
             _holding.lock = True
             try:
                 result = self.app(environ, start_response)

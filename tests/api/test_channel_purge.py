@@ -46,7 +46,8 @@ def channel_prefix(collection: str, channel: str) -> str:
 def leftovers(prefix: str) -> dict[str, list[str]]:
     """Everything of the channel whose supercuboid names start with `prefix` that any tier still
     holds: objects, index entries (every volume, declared or not), cached supercuboids (their
-    keys and their places in the LRU index and dirty set), pending NDBlaze writes. Empty: gone."""
+    keys and their places in the LRU index and dirty set), pending NDBlaze writes. Empty: gone
+    (locks on its names aside while their leases run out)."""
     from ndstore.core.keys import SupercuboidKey
     from ndstore.wiring import services
 
@@ -54,7 +55,10 @@ def leftovers(prefix: str) -> dict[str, list[str]]:
     objects = [k for k in svc.objects.list_keys()
                if k.count("&") == 6 and SupercuboidKey.parse(k).name.startswith(prefix)]
     cache = redis.Redis.from_url(svc.config.cache_redis_url or svc.config.redis_url)
-    cached = [k.decode() for k in cache.scan_iter(match=f"*{prefix}*")]
+    # a lock's bookkeeping (ndrw:{name}:*) outlives a purge by at most its lease: every key of it
+    # expires; one with no expiry would stay for good, and counts
+    cached = [k.decode() for k in cache.scan_iter(match=f"*{prefix}*")
+              if not (k.startswith(b"ndrw:") and cache.pttl(k) > 0)]
     cached += [f"{z}:{n.decode()}" for z in ("ndc:index", "ndc:dirty")
                for n, _ in cache.zscan_iter(z, match=f"{prefix}*")]
     return {"objects": objects, "index": [v.partition for v in svc.index.index.volumes(prefix)], "cache": cached,

@@ -62,6 +62,8 @@ def test_a_flood_of_health_probes_reaches_the_stores_once_a_second(db: Any, monk
     monkeypatch.setitem(services().probes, "object_store", counted)  # type: ignore[index]
     now = {"t": 1000.0}  # the flood lands within one second whatever the machine's load
     monkeypatch.setattr(operations, "_clock", lambda: now["t"])
+    # what is counted here is how often the stores are asked, not how fast a loaded machine answers
+    monkeypatch.setattr(operations, "PROBE_DEADLINE_S", 30.0)
     answers = {wsgi("GET", "/healthz").status for _ in range(50)}
     assert answers == {200} and calls["n"] == 1
     now["t"] += operations.HEALTH_TTL_S  # a second later the next probe looks again

@@ -21,8 +21,11 @@ from ndstore.ops.localstack import LocalStack, free_port
 from tests.conftest import own_stack_env
 from tests.security.conftest import admin_session, public_dataset
 
-HEADER_TIMEOUT_S = 2
-BODY_TIMEOUT_S = 2
+HEADER_TIMEOUT_S = 4
+BODY_TIMEOUT_S = 4
+# a normal request's bound while others stall: under the front's timeouts, so a request that waited
+# for the front to drop the stalled ones fails, with room for a loaded machine's own slowness
+SERVED_WITHIN_S = 3
 CONNECTIONS_PER_CLIENT = 48
 
 
@@ -57,7 +60,7 @@ def _connect(stack: LocalStack) -> socket.socket:
 
 
 def _stall(stack: LocalStack, public_channel: str) -> list[socket.socket]:
-    """Forty connections, each holding on to the service in its own way."""
+    """Thirty-six connections, each holding on to the service in its own way."""
     path = public_channel.split(str(stack.port), 1)[1]
     held = []
     for _ in range(10):  # half a request line
@@ -73,7 +76,7 @@ def _stall(stack: LocalStack, public_channel: str) -> list[socket.socket]:
         s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
                   f"Content-Length: {64 << 20}\r\n\r\n".encode() + b"\0")
         held.append(s)
-    for _ in range(10):  # a 16 MiB response asked for and never read
+    for _ in range(6):  # a 16 MiB response asked for and never read
         s = _connect(stack)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAccept: application/octet-stream\r\n\r\n".encode())
@@ -83,6 +86,9 @@ def _stall(stack: LocalStack, public_channel: str) -> list[socket.socket]:
 
 def test_stalled_connections_do_not_block_a_normal_request(stack: LocalStack, token: str,
                                                            public_channel: str) -> None:
+    # the big box read once, so that the unread responses below come from the cache at once: what
+    # is timed is waiting behind stalled clients, not behind six 16 MiB reads of a loaded machine
+    assert requests.get(public_channel, headers={"Accept": "application/octet-stream"}, timeout=30).ok
     held = _stall(stack, public_channel)
     try:
         time.sleep(0.5)  # the unread responses are under way
@@ -90,12 +96,12 @@ def test_stalled_connections_do_not_block_a_normal_request(stack: LocalStack, to
             started = time.monotonic()
             r = requests.get(f"{stack.url}/v1/collection/", headers={"Authorization": f"Token {token}"}, timeout=10)
             assert r.status_code == 200 and "slow" in r.json()["collections"]
-            assert time.monotonic() - started < 2, "a normal request waited behind stalled clients"
+            assert time.monotonic() - started < SERVED_WITHIN_S, "a normal request waited behind stalled clients"
         started = time.monotonic()
         r = requests.get(public_channel.replace("0:512/0:512/0:64", "0:64/0:64/0:8"),
                          headers={"Accept": "application/octet-stream"}, timeout=10)
         assert r.status_code == 200 and len(r.content) == 64 * 64 * 8
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < SERVED_WITHIN_S
     finally:
         for s in held:
             s.close()

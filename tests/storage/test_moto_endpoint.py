@@ -8,6 +8,7 @@ import time
 import uuid
 
 import boto3
+import pytest
 from botocore.exceptions import ClientError
 
 from ndstore.ops.moto_endpoint import SerialMotoServer
@@ -35,12 +36,17 @@ def test_a_failed_transaction_does_not_undo_concurrent_writes() -> None:
 
         db.transact_write_items(TransactItems=[add("dup", 0)])
         written: dict[str, list[int]] = {}
+        failed: list[BaseException] = []
 
         def writer(name: str) -> None:
             mine = written.setdefault(name, [])
-            for n in range(40):
-                db.transact_write_items(TransactItems=[add(name, n)])
-                mine.append(n)
+            try:
+                for n in range(40):
+                    db.transact_write_items(TransactItems=[add(name, n)])
+                    mine.append(n)
+            except BaseException as exc:  # the assertion below says which write failed, and how
+                failed.append(exc)
+                raise
 
         def duplicate() -> None:
             for _ in range(80):
@@ -55,12 +61,48 @@ def test_a_failed_transaction_does_not_undo_concurrent_writes() -> None:
             t.start()
         for t in threads:
             t.join()
+        assert not failed, failed
         for name, numbers in written.items():
             item = db.get_item(TableName=table, Key={"k": {"S": name}}, ConsistentRead=True)["Item"]
             assert sorted(int(v) for v in item["s"]["NS"]) == numbers, name
     finally:
         server.stop()
         sys.setswitchinterval(switch_interval)
+
+
+def test_a_retried_transaction_answers_as_the_first_attempt_did() -> None:
+    """botocore retries a TransactWriteItems whose answer it lost with the same ClientRequestToken;
+    DynamoDB then answers success and writes nothing twice, so a conditional write does not fail
+    on its own first attempt. The same token with other parameters is refused."""
+    server = SerialMotoServer().start()
+    try:
+        db = boto3.client("dynamodb", endpoint_url=server.url, region_name="us-east-1")
+        table = f"t-{uuid.uuid4().hex}"
+        db.create_table(TableName=table, KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+                        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+                        BillingMode="PAY_PER_REQUEST")
+
+        def add(n: int) -> list[dict[str, object]]:
+            return [{"Update": {"TableName": table, "Key": {"k": {"S": "a"}}, "UpdateExpression": "ADD s :n, c :one",
+                                "ConditionExpression": "attribute_not_exists(s) OR NOT contains(s, :m)",
+                                "ExpressionAttributeValues": {":n": {"NS": [str(n)]}, ":m": {"N": str(n)},
+                                                              ":one": {"N": "1"}}}}]
+
+        token = uuid.uuid4().hex
+        for _ in range(3):  # the first attempt and two retries
+            db.transact_write_items(TransactItems=add(7), ClientRequestToken=token)
+        item = db.get_item(TableName=table, Key={"k": {"S": "a"}}, ConsistentRead=True)["Item"]
+        assert item["s"]["NS"] == ["7"] and item["c"]["N"] == "1"
+        with pytest.raises(ClientError) as mismatch:
+            db.transact_write_items(TransactItems=add(8), ClientRequestToken=token)
+        assert mismatch.value.response["Error"]["Code"] == "IdempotentParameterMismatchException"
+        with pytest.raises(ClientError) as again:  # a new call (a new token) is a second write
+            db.transact_write_items(TransactItems=add(7))
+        assert again.value.response["Error"]["Code"] == "TransactionCanceledException"
+        item = db.get_item(TableName=table, Key={"k": {"S": "a"}}, ConsistentRead=True)["Item"]
+        assert item["s"]["NS"] == ["7"] and item["c"]["N"] == "1"
+    finally:
+        server.stop()
 
 
 def test_a_long_poll_lets_other_requests_in_and_gets_what_they_send() -> None:
