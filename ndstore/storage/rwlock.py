@@ -118,6 +118,7 @@ return 0"""
 BATCH = 256  # locks per script call: one call stays well under a millisecond of Redis time per lock
 
 CHANNEL_PREFIX = "ndrw:"
+RECONNECT_PAUSE_S = 0.5  # between a lost subscription's tries to reach its server again
 
 
 def _keys(name: str) -> list[str]:
@@ -140,8 +141,14 @@ class _Waker:
         self._guard = threading.Lock()
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         self._pubsub.psubscribe(**{f"{CHANNEL_PREFIX}*": self._on_message})
-        self._thread = self._pubsub.run_in_thread(sleep_time=1.0, daemon=True,
-                                                  exception_handler=lambda exc, pubsub, thread: None)
+        self._thread = self._pubsub.run_in_thread(sleep_time=1.0, daemon=True, exception_handler=self._on_error)
+
+    @staticmethod
+    def _on_error(exc: BaseException, pubsub: Any, thread: Any) -> None:
+        """The server is gone (a restart, a crash). redis-py's worker tries again at once, in a
+        loop that burnt more than a core per process for as long as the server was down; it
+        waits here between tries. Waiters meanwhile wake on their own fallback timeout."""
+        time.sleep(RECONNECT_PAUSE_S)
 
     def _on_message(self, message: dict[str, Any]) -> None:
         name = message["channel"].decode()[len(CHANNEL_PREFIX):]

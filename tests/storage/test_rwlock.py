@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import resource
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import redis
 
 from ndstore.core.errors import LockTimeout
+from ndstore.ops.localstack import free_port, start_redis
 from ndstore.storage.rwlock import RedisRWLocks
 
 
@@ -116,6 +119,51 @@ def test_release_wakes_a_waiter_promptly(redis_url: str) -> None:
     hold.__exit__(None, None, None)
     t.join(5)
     assert waited and 0.45 < waited[0] < 1.2  # woken by pub/sub, not by the 2 s poll
+
+
+def test_a_lock_server_that_is_down_costs_its_clients_no_cpu_and_wakes_them_once_back(tmp_path: Path) -> None:
+    """While the redis-server was down, each process's pub/sub thread tried to reach it again in a
+    tight loop: more than a core per process (web workers, daemons) for the whole outage. Once the
+    server is back, a release wakes a waiter through pub/sub again."""
+    port = free_port()
+    proc = start_redis(tmp_path / "redis", port, appendfsync="no")
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        holder = RedisRWLocks(redis.Redis.from_url(url), lease_ms=5000, timeout_s=5, poll_s=2.0)
+        waiter = RedisRWLocks(redis.Redis.from_url(url), lease_ms=5000, timeout_s=5, poll_s=2.0)
+        with holder.write(["w"]):
+            with pytest.raises(LockTimeout):  # the waiter's subscription is made
+                with waiter.write(["w"], timeout_s=0.2):
+                    pass
+        proc.kill()
+        proc.wait()
+        time.sleep(0.5)
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        time.sleep(2)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime
+        assert cpu < 0.5, f"{cpu:.2f} s of CPU in 2 s while the lock server was down"
+
+        proc = start_redis(tmp_path / "redis", port, appendfsync="no")
+        time.sleep(2)  # the subscription is made again (a try every RECONNECT_PAUSE_S)
+        hold = holder.write(["w"])
+        hold.__enter__()
+        waited: list[float] = []
+
+        def wait() -> None:
+            start = time.monotonic()
+            with waiter.write(["w"]):
+                waited.append(time.monotonic() - start)
+
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.5)
+        hold.__exit__(None, None, None)
+        t.join(5)
+        assert waited and 0.45 < waited[0] < 1.2  # woken by pub/sub, not by the 2 s poll
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def _hold(url: str, mode: str, ready: mp.Event) -> None:  # type: ignore[type-arg]
