@@ -118,7 +118,9 @@ return 0"""
 BATCH = 256  # locks per script call: one call stays well under a millisecond of Redis time per lock
 
 CHANNEL_PREFIX = "ndrw:"
-RECONNECT_PAUSE_S = 0.5  # between a lost subscription's tries to reach its server again
+# between a lost subscription's tries to reach its server again: doubling from the first to the
+# last, and from the first again once it has not failed for a while
+RECONNECT_PAUSES_S = (0.1, 2.0)
 
 
 def _keys(name: str) -> list[str]:
@@ -139,16 +141,22 @@ class _Waker:
     def __init__(self, client: redis.Redis):
         self._events: dict[str, threading.Event] = {}
         self._guard = threading.Lock()
+        self._pause_s, self._failed_at = 0.0, float("-inf")
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         self._pubsub.psubscribe(**{f"{CHANNEL_PREFIX}*": self._on_message})
         self._thread = self._pubsub.run_in_thread(sleep_time=1.0, daemon=True, exception_handler=self._on_error)
 
-    @staticmethod
-    def _on_error(exc: BaseException, pubsub: Any, thread: Any) -> None:
+    def _on_error(self, exc: BaseException, pubsub: Any, thread: Any) -> None:
         """The server is gone (a restart, a crash). redis-py's worker tries again at once, in a
         loop that burnt more than a core per process for as long as the server was down; it
-        waits here between tries. Waiters meanwhile wake on their own fallback timeout."""
-        time.sleep(RECONNECT_PAUSE_S)
+        waits here between tries, longer each time up to RECONNECT_PAUSES_S[1]. Waiters
+        meanwhile wake on their own fallback timeout."""
+        first, last = RECONNECT_PAUSES_S
+        now = time.monotonic()
+        recovered = now - self._failed_at > 2 * last + 1  # no failure since well past the last pause
+        self._pause_s = first if recovered else min(2 * self._pause_s, last)
+        self._failed_at = now
+        time.sleep(self._pause_s)
 
     def _on_message(self, message: dict[str, Any]) -> None:
         name = message["channel"].decode()[len(CHANNEL_PREFIX):]

@@ -18,7 +18,7 @@ import redis
 
 from ndstore.core.errors import LockTimeout
 from ndstore.ops.localstack import free_port, start_redis
-from ndstore.storage.rwlock import RedisRWLocks
+from ndstore.storage.rwlock import RECONNECT_PAUSES_S, RedisRWLocks
 
 
 @pytest.fixture
@@ -150,7 +150,7 @@ def test_a_lock_server_that_is_down_costs_its_clients_no_cpu_and_wakes_them_once
         assert cpu < 0.5, f"{cpu:.2f} s of CPU in 2 s while the lock server was down"
 
         proc = start_redis(tmp_path / "redis", port, appendfsync="no")
-        time.sleep(2)  # the subscription is made again (a try every RECONNECT_PAUSE_S)
+        time.sleep(RECONNECT_PAUSES_S[1] + 1)  # the subscription is made again at its next try
         assert 0.45 < _waited_for_a_release(holder, waiter) < 1.2  # woken by pub/sub, not by the 2 s poll
     finally:
         proc.kill()
