@@ -120,7 +120,11 @@ def test_box_across_eight_supercuboids(admin: Any, dataset: Dataset, dtype: str,
     lo = [s - d for s, d in zip(sc, (37, 21, 3))]
     hi = [s + d for s, d in zip(sc, (45, 19, 2))]
     shape = (hi[2] - lo[2], hi[1] - lo[1], hi[0] - lo[0])
-    data = (np.random.default_rng(5).random(shape) * 1e6).astype(dtype)
+    rng = np.random.default_rng(5)
+    if dtype == "uint64":  # a label channel: a few hundred segments, with ids past 2^32 and 2^53
+        data = rng.choice(rng.integers(1 << 40, 1 << 63, 300, dtype=np.uint64), shape)
+    else:
+        data = (rng.random(shape) * 1e6).astype(dtype)
     url = dataset.cutout(channel, 0, *zip(lo, hi), direct=direct)
     r = admin.generic("POST", url, wire.FORMATS["application/blosc"].encode(data), content_type="application/blosc")
     assert r.status_code == 201
