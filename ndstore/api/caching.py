@@ -9,9 +9,11 @@ from django.http import HttpResponse
 MAX_AGE_S = 30
 
 
-def cacheable(body: bytes, content_type: str, public: bool, vary: str) -> HttpResponse:
-    """The file with a short max-age; shared caches may keep it only when its collection is public."""
+def cacheable(body: bytes, content_type: str, public: bool, vary: str, revalidate: bool = False) -> HttpResponse:
+    """The file with a short max-age, or asked again on every use (`revalidate`: what changes with
+    writes that must show at once); shared caches may keep it only when its collection is public."""
     response = HttpResponse(body, content_type=content_type)
     response["Vary"] = vary
-    response["Cache-Control"] = f"{'public' if public else 'private'}, max-age={MAX_AGE_S}"
+    freshness = "no-cache" if revalidate else f"max-age={MAX_AGE_S}"
+    response["Cache-Control"] = f"{'public' if public else 'private'}, {freshness}"
     return response

@@ -121,9 +121,9 @@ INFO = inline_serializer("PrecomputedInfo", {
 })
 
 
-def channel_file(chan: Channel, body: bytes, content_type: str) -> HttpResponse:
+def channel_file(chan: Channel, body: bytes, content_type: str, revalidate: bool = False) -> HttpResponse:
     """A file of a channel's views (precomputed, sharded, zarr), cacheable as its collection allows."""
-    return cacheable(body, content_type, chan.experiment.collection.public, "Authorization")
+    return cacheable(body, content_type, chan.experiment.collection.public, "Authorization", revalidate)
 
 
 def voxel_nm_of(chan: Channel) -> tuple[float, float, float]:

@@ -193,9 +193,10 @@ PROPERTIES = inline_serializer("SegmentProperties", {
 
 def annotation_counts(chan: Channel, most: int = MAX_LISTED) -> dict[str, dict[int, int]]:
     """`{layer}_{relationship}` -> segment -> how many annotations of the layer relate to it so,
-    for every annotation layer whose relationships refer to this channel: the `most` largest
-    counts of all (the database sorts them). Writers may relate annotations to any number of
-    segment ids; the file lists at most MAX_LISTED segments, and a worker holds no more."""
+    for every annotation layer whose relationships refer to this channel: at most `most` counts
+    in all, each layer's largest first (the database sorts them), layers in name order. Writers
+    may relate annotations to any number of segment ids; the file lists at most MAX_LISTED
+    segments, and a worker holds no more."""
     out: dict[str, dict[int, int]] = {}
     room = most
     for layer in chan.annotation_layers.order_by("name"):
@@ -238,11 +239,9 @@ class SegmentPropertiesFile(PrecomputedView):
                     for r in rows.filter(label__in=[label_key(label) for label in labels])}
 
         body = json.dumps(segment_properties(extents, written, fetch, linked=linked), separators=(",", ":")).encode()
-        response = channel_file(chan, body, "application/json")
-        # its annotation counts change with every annotation write, which shows at once: asked again each time
-        # (the ETag answers a 304 while nothing changed)
-        response["Cache-Control"] = response["Cache-Control"].split(",")[0] + ", no-cache"
-        return response
+        # its annotation counts change with every annotation write, which shows at once: asked again each
+        # time (the ETag answers a 304 while nothing changed)
+        return channel_file(chan, body, "application/json", revalidate=True)
 
 
 # Tails under /precomputed/{c}/{e}/{ch}/ and /precomputed-sharded/{c}/{e}/{ch}/, mounted by ndstore.api.urls.
