@@ -26,7 +26,6 @@ write again and a conditional transaction would fail on its own first attempt.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import io
 import json
@@ -96,26 +95,30 @@ class SerialApp:
                 answered[:] = [status, headers]
                 return start_response(status, headers, *exc_info)
 
-            answer = b"".join(self._serially(environ, remember, locked=True))
+            answer = b"".join(self._run(environ, remember))
             if answered and answered[0].startswith("200"):
                 _succeeded[token] = (now, digest, (answered[0], answered[1]), answer)
                 while len(_succeeded) > IDEMPOTENT_TOKENS:
                     _succeeded.popitem(last=False)
             return [answer]
 
-    def _serially(self, environ: dict[str, Any], start_response: Any, locked: bool = False) -> list[bytes]:
-        with contextlib.nullcontext() if locked else _LOCK:
-            _holding.lock = True
+    def _serially(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        with _LOCK:
+            return self._run(environ, start_response)
+
+    def _run(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        """moto's answer, whole; the caller holds _LOCK."""
+        _holding.lock = True
+        try:
+            result = self.app(environ, start_response)
             try:
-                result = self.app(environ, start_response)
-                try:
-                    return list(result)  # a lazy body would read moto's state after the lock is gone
-                finally:
-                    close = getattr(result, "close", None)
-                    if close is not None:
-                        close()
+                return list(result)  # a lazy body would read moto's state after the lock is gone
             finally:
-                _holding.lock = False
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+        finally:
+            _holding.lock = False
 
 
 def _release_during_long_polls() -> None:
